@@ -1,0 +1,94 @@
+// Package testenv finds the real services that integration tests run against.
+//
+// The services are named by the same PROJECTOR_* variables the service reads
+// (scripts/services.sh env prints them). Outside CI a test whose service is
+// missing is skipped with the command that starts it; in CI (CI=true) it fails,
+// so a broken set-up can never pass as a run of skipped tests.
+package testenv
+
+import (
+	"context"
+	"net"
+	"os"
+	"strings"
+	"testing"
+	"time"
+)
+
+// startHint is printed when a service is missing, so the reader knows the fix.
+const startHint = "start the services with: scripts/services.sh up && eval \"$(scripts/services.sh env)\""
+
+// InCI reports whether the tests run in CI, where missing services are failures.
+func InCI() bool {
+	v := strings.ToLower(os.Getenv("CI"))
+	return v == "true" || v == "1" || v == "yes"
+}
+
+// Missing skips the test outside CI and fails it in CI, naming the service.
+func Missing(t testing.TB, service, why string) {
+	t.Helper()
+	if InCI() {
+		t.Fatalf("%s is required in CI: %s (%s)", service, why, startHint)
+	}
+	t.Skipf("%s not available: %s; %s", service, why, startHint)
+}
+
+// lookup returns the value of a PROJECTOR_* variable, or handles its absence.
+func lookup(t testing.TB, service, name string) string {
+	t.Helper()
+	v := os.Getenv(name)
+	if v == "" {
+		Missing(t, service, name+" is not set")
+	}
+	return v
+}
+
+// reachable dials addr once with a short timeout and handles failure.
+func reachable(t testing.TB, service, addr string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		Missing(t, service, "cannot reach "+addr+": "+err.Error())
+		return
+	}
+	_ = conn.Close()
+}
+
+// Brokers returns the Kafka bootstrap addresses (PROJECTOR_BROKERS).
+func Brokers(t testing.TB) []string {
+	t.Helper()
+	v := lookup(t, "Kafka", "PROJECTOR_BROKERS")
+	brokers := strings.Split(v, ",")
+	reachable(t, "Kafka", brokers[0])
+	return brokers
+}
+
+// PostgresDSN returns the PostgreSQL connection string (PROJECTOR_POSTGRES_DSN).
+func PostgresDSN(t testing.TB) string {
+	t.Helper()
+	return lookup(t, "PostgreSQL", "PROJECTOR_POSTGRES_DSN")
+}
+
+// Neo4jURI returns the Bolt URI of Neo4j (PROJECTOR_NEO4J_URI).
+func Neo4jURI(t testing.TB) string {
+	t.Helper()
+	v := lookup(t, "Neo4j", "PROJECTOR_NEO4J_URI")
+	host := v
+	if i := strings.Index(host, "://"); i >= 0 {
+		host = host[i+3:]
+	}
+	reachable(t, "Neo4j", host)
+	return v
+}
+
+// QdrantAddr returns the gRPC address of Qdrant or its test double
+// (PROJECTOR_QDRANT_ADDR).
+func QdrantAddr(t testing.TB) string {
+	t.Helper()
+	v := lookup(t, "Qdrant", "PROJECTOR_QDRANT_ADDR")
+	reachable(t, "Qdrant", v)
+	return v
+}
