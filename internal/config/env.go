@@ -1,0 +1,39 @@
+// Package config binds command-line flags to PROJECTOR_* environment
+// variables, the way the public contract promises: every flag --some-name
+// also reads PROJECTOR_SOME_NAME, and a flag given on the command line wins.
+package config
+
+import (
+	"flag"
+	"fmt"
+	"strings"
+)
+
+// EnvName returns the environment variable of a flag name.
+func EnvName(flagName string) string {
+	return "PROJECTOR_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// Parse parses args into fs, then sets every flag not given on the command
+// line from its environment variable, read through getenv. An invalid
+// value names the variable it came from.
+func Parse(fs *flag.FlagSet, args []string, getenv func(string) string) error {
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if err != nil || given[f.Name] {
+			return
+		}
+		name := EnvName(f.Name)
+		if v := getenv(name); v != "" {
+			if serr := fs.Set(f.Name, v); serr != nil {
+				err = fmt.Errorf("environment variable %s: %w", name, serr)
+			}
+		}
+	})
+	return err
+}

@@ -1,0 +1,257 @@
+// Package consume reads the document topic as a member of a consumer group
+// and hands each partition's records, in order, to a Handler.
+//
+// One goroutine per assigned partition handles that partition's records in
+// offset order; partitions run concurrently. A partition's worker is the
+// only code that commits its offsets, and it commits only after the Handler
+// returned nil for every record up to the committed one. With
+// kgo.BlockRebalanceOnPoll, a rebalance can only happen between polls, and
+// the revoke callback waits for the workers of revoked partitions to finish
+// their batch and commit, so a partition is never handled by two members at
+// once and no commit is made after a revoke.
+package consume
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap"
+
+	"github.com/projector/projector/internal/health"
+)
+
+// Handler handles consecutive records of one partition. It returns nil only
+// when every record is done and may be committed. A *project.HaltError
+// halts the partition; any other error abandons the batch uncommitted.
+type Handler interface {
+	Handle(ctx context.Context, recs []*kgo.Record) error
+}
+
+// Config is the consumer's configuration.
+type Config struct {
+	Topic string
+	Group string
+	// MaxPollRecords bounds the records of one poll across partitions.
+	MaxPollRecords int
+	// BatchRecords bounds the records of one Handle call; the worker
+	// commits after each.
+	BatchRecords int
+	// FetchMaxBytes bounds what the client buffers from the broker; with
+	// MaxPollRecords it bounds the memory of records in flight.
+	FetchMaxBytes int32
+	// ShutdownTimeout is how long in-flight batches may take to finish once
+	// the service is asked to stop; then they are abandoned uncommitted.
+	ShutdownTimeout time.Duration
+}
+
+// Consumer is a group member of the document topic.
+type Consumer struct {
+	cfg     Config
+	log     *zap.Logger
+	health  *health.Status
+	handler Handler
+	m       *metrics
+	cl      *kgo.Client
+
+	// workCtx is the context of every Handle and commit. It outlives the
+	// Run context by ShutdownTimeout so in-flight batches can finish.
+	workCtx    context.Context
+	cancelWork context.CancelFunc
+
+	joined atomic.Bool
+
+	// mu guards workers. The poll loop and the group callbacks, which
+	// BlockRebalanceOnPoll serialises, are the only writers; the metrics
+	// scrape reads under mu.
+	mu      sync.Mutex
+	workers map[partitionKey]*worker
+}
+
+type partitionKey struct {
+	topic     string
+	partition int32
+}
+
+// New creates the consumer and its Kafka client from base, the connection
+// options (brokers, TLS, SASL, logger, metrics hooks); the consumer adds
+// the group settings.
+func New(cfg Config, log *zap.Logger, reg prometheus.Registerer, h *health.Status, handler Handler, base ...kgo.Opt) (*Consumer, error) {
+	if cfg.MaxPollRecords <= 0 {
+		cfg.MaxPollRecords = 1000
+	}
+	if cfg.BatchRecords <= 0 {
+		cfg.BatchRecords = 500
+	}
+	if cfg.FetchMaxBytes <= 0 {
+		cfg.FetchMaxBytes = 16 << 20
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = 25 * time.Second
+	}
+	c := &Consumer{
+		cfg: cfg, log: log, health: h, handler: handler,
+		workers: map[partitionKey]*worker{},
+	}
+	c.workCtx, c.cancelWork = context.WithCancel(context.Background())
+	c.m = newMetrics(reg, c.oldestPendingAge)
+	opts := append([]kgo.Opt{}, base...)
+	opts = append(opts,
+		kgo.ConsumerGroup(cfg.Group),
+		kgo.ConsumeTopics(cfg.Topic),
+		kgo.DisableAutoCommit(),
+		kgo.BlockRebalanceOnPoll(),
+		kgo.OnPartitionsAssigned(c.assigned),
+		kgo.OnPartitionsRevoked(c.revoked),
+		kgo.OnPartitionsLost(c.lost),
+		kgo.FetchMaxBytes(cfg.FetchMaxBytes),
+		kgo.FetchMaxPartitionBytes(cfg.FetchMaxBytes),
+		// A new group starts at the beginning: a projection must see
+		// every document, not only those published after it started.
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
+	)
+	cl, err := kgo.NewClient(opts...)
+	if err != nil {
+		c.cancelWork()
+		return nil, fmt.Errorf("kafka consumer client: %w", err)
+	}
+	c.cl = cl
+	h.Fail("consumer", "not yet joined group "+cfg.Group)
+	return c, nil
+}
+
+// Ready reports whether the member has joined its group.
+func (c *Consumer) Ready() bool { return c.joined.Load() }
+
+// Run polls until ctx ends, then finishes in-flight batches (for at most
+// ShutdownTimeout), commits them, leaves the group and closes the client.
+// It returns nil on a requested shutdown.
+func (c *Consumer) Run(ctx context.Context) error {
+	defer c.cancelWork()
+	pollErr := c.poll(ctx)
+	// From here on nothing new is handed out. Leaving the group revokes
+	// every partition; the revoke callback waits for the workers, which
+	// finish their batch with workCtx, cancelled only if it takes too long.
+	timer := time.AfterFunc(c.cfg.ShutdownTimeout, func() {
+		c.log.Warn("shutdown timeout: abandoning in-flight batches uncommitted", zap.Duration("timeout", c.cfg.ShutdownTimeout))
+		c.cancelWork()
+	})
+	defer timer.Stop()
+	c.cl.CloseAllowingRebalance()
+	return pollErr
+}
+
+func (c *Consumer) poll(ctx context.Context) error {
+	for {
+		fetches := c.cl.PollRecords(ctx, c.cfg.MaxPollRecords)
+		if fetches.IsClientClosed() || ctx.Err() != nil {
+			// Records of this poll are not handed out; they were not
+			// committed, so the next owner gets them again.
+			c.cl.AllowRebalance()
+			return nil
+		}
+		var fatal error
+		fetches.EachError(func(topic string, partition int32, err error) {
+			if errors.Is(err, context.Canceled) {
+				return
+			}
+			// franz-go retries fetch errors itself; what reaches here is
+			// worth one line, and then the next poll.
+			c.log.Warn("fetch error", zap.String("topic", topic), zap.Int32("partition", partition), zap.Error(err))
+			c.m.fetchErrors.Inc()
+		})
+		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
+			if fatal != nil || len(p.Records) == 0 {
+				return
+			}
+			w := c.workers[partitionKey{p.Topic, p.Partition}]
+			if w == nil {
+				// Cannot happen with BlockRebalanceOnPoll: assigned runs
+				// before fetching a partition starts.
+				fatal = fmt.Errorf("records for unassigned partition %s/%d", p.Topic, p.Partition)
+				return
+			}
+			w.enqueue(ctx, p.Records, p.HighWatermark)
+		})
+		c.cl.AllowRebalance()
+		if fatal != nil {
+			return fatal
+		}
+	}
+}
+
+// assigned starts a worker per new partition.
+func (c *Consumer) assigned(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for topic, ps := range parts {
+		for _, p := range ps {
+			w := newWorker(c, topic, p)
+			c.workers[partitionKey{topic, p}] = w
+			go w.run()
+			c.log.Info("partition assigned", zap.String("topic", topic), zap.Int32("partition", p))
+		}
+	}
+	c.joined.Store(true)
+	if c.health.Recover("consumer") {
+		c.log.Info("joined group", zap.String("group", c.cfg.Group))
+	}
+}
+
+// revoked stops the workers of revoked partitions after their in-flight
+// batch is handled and committed, and waits for them: only then may the
+// group give the partitions to another member.
+func (c *Consumer) revoked(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
+	c.stopWorkers(parts, "revoked")
+}
+
+// lost stops the workers of partitions lost without a clean revoke (the
+// session expired); their commits will fail and the records be redelivered.
+func (c *Consumer) lost(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
+	c.stopWorkers(parts, "lost")
+	c.joined.Store(false)
+	c.health.Fail("consumer", "lost the group session; rejoining")
+}
+
+func (c *Consumer) stopWorkers(parts map[string][]int32, why string) {
+	var stopping []*worker
+	c.mu.Lock()
+	for topic, ps := range parts {
+		for _, p := range ps {
+			k := partitionKey{topic, p}
+			if w := c.workers[k]; w != nil {
+				close(w.quit)
+				stopping = append(stopping, w)
+				delete(c.workers, k)
+			}
+		}
+	}
+	c.mu.Unlock()
+	for _, w := range stopping {
+		<-w.done
+		c.m.forget(w.topic, w.partition)
+		c.log.Info("partition "+why, zap.String("topic", w.topic), zap.Int32("partition", w.partition))
+	}
+}
+
+// oldestPendingAge is the age of the oldest record received and not yet
+// committed, over all partitions; 0 when none is pending.
+func (c *Consumer) oldestPendingAge() float64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var oldest time.Time
+	for _, w := range c.workers {
+		if t := w.oldestPending(); !t.IsZero() && (oldest.IsZero() || t.Before(oldest)) {
+			oldest = t
+		}
+	}
+	if oldest.IsZero() {
+		return 0
+	}
+	return time.Since(oldest).Seconds()
+}

@@ -1,0 +1,54 @@
+package consume
+
+import (
+	"strconv"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+type metrics struct {
+	lag           *prometheus.GaugeVec
+	halted        *prometheus.GaugeVec
+	commitSeconds prometheus.Histogram
+	commitErrors  prometheus.Counter
+	fetchErrors   prometheus.Counter
+}
+
+func newMetrics(reg prometheus.Registerer, oldestAge func() float64) *metrics {
+	m := &metrics{
+		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "projector_consumer_lag",
+			Help: "Records between the last committed offset and the partition's high watermark, per assigned partition.",
+		}, []string{"topic", "partition"}),
+		halted: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "projector_partition_halted",
+			Help: "1 while a partition is halted by the fence mismatch policy halt.",
+		}, []string{"topic", "partition"}),
+		commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "projector_commit_seconds",
+			Help:    "Time of one offset commit.",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}),
+		commitErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "projector_commit_errors_total",
+			Help: "Offset commits that failed; their records are delivered again.",
+		}),
+		fetchErrors: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "projector_fetch_errors_total",
+			Help: "Fetch errors reported by the Kafka client after its own retries.",
+		}),
+	}
+	oldest := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "projector_oldest_uncommitted_age_seconds",
+		Help: "Age of the oldest record received and not yet committed, over all partitions; 0 when none. A growing value is a stuck partition.",
+	}, oldestAge)
+	reg.MustRegister(m.lag, m.halted, m.commitSeconds, m.commitErrors, m.fetchErrors, oldest)
+	return m
+}
+
+// forget drops the series of a partition this member no longer owns.
+func (m *metrics) forget(topic string, partition int32) {
+	p := strconv.Itoa(int(partition))
+	m.lag.DeleteLabelValues(topic, p)
+	m.halted.DeleteLabelValues(topic, p)
+}

@@ -1,0 +1,176 @@
+package consume
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap"
+
+	"github.com/projector/projector/internal/project"
+)
+
+// commitTimeout bounds one offset commit; a commit that times out is
+// logged and the records are redelivered after a restart or rebalance.
+const commitTimeout = 10 * time.Second
+
+// worker handles one partition. Its goroutine is started by assigned and
+// stopped by closing quit; done is closed when it has returned.
+type worker struct {
+	c         *Consumer
+	topic     string
+	partition int32
+	// queue holds at most one batch beside the one being handled, which
+	// bounds the records in flight per partition.
+	queue chan polled
+	quit  chan struct{}
+	done  chan struct{}
+	log   *zap.Logger
+
+	// mu guards pending, next and highWatermark, read by the metrics
+	// scrape and written by the poll loop and the worker.
+	mu sync.Mutex
+	// pending holds the receive times of queued and in-flight batches.
+	pending       []time.Time
+	next          int64 // next offset to commit; -1 until known
+	highWatermark int64
+}
+
+type polled struct {
+	recs     []*kgo.Record
+	received time.Time
+}
+
+func newWorker(c *Consumer, topic string, partition int32) *worker {
+	return &worker{
+		c: c, topic: topic, partition: partition,
+		queue: make(chan polled, 1),
+		quit:  make(chan struct{}),
+		done:  make(chan struct{}),
+		log:   c.log.With(zap.String("topic", topic), zap.Int32("partition", partition)),
+		next:  -1,
+	}
+}
+
+// enqueue hands a poll's records to the worker, blocking while the worker
+// is a batch behind; that back-pressure stops polling, so memory stays
+// bounded by configuration, not by the backlog.
+func (w *worker) enqueue(ctx context.Context, recs []*kgo.Record, highWatermark int64) {
+	p := polled{recs: recs, received: time.Now()}
+	w.mu.Lock()
+	w.pending = append(w.pending, p.received)
+	if w.next < 0 {
+		w.next = recs[0].Offset
+	}
+	w.highWatermark = highWatermark
+	w.mu.Unlock()
+	w.updateLag()
+	select {
+	case w.queue <- p:
+	case <-ctx.Done():
+		w.popPending()
+	}
+}
+
+func (w *worker) run() {
+	defer close(w.done)
+	for {
+		select {
+		case <-w.quit:
+			return
+		case p := <-w.queue:
+			if !w.handle(p.recs) {
+				return
+			}
+			w.popPending()
+		}
+	}
+}
+
+// handle hands recs to the Handler in batches of BatchRecords, committing
+// after each. It returns false when the worker must stop: it was told to
+// quit, the work context ended, or the partition halted.
+func (w *worker) handle(recs []*kgo.Record) bool {
+	for len(recs) > 0 {
+		n := min(len(recs), w.c.cfg.BatchRecords)
+		batch := recs[:n]
+		if err := w.c.handler.Handle(w.c.workCtx, batch); err != nil {
+			var halt *project.HaltError
+			if errors.As(err, &halt) {
+				w.halt(halt)
+			}
+			return false
+		}
+		w.commit(batch[n-1])
+		recs = recs[n:]
+		select {
+		case <-w.quit:
+			// Revoked between two batches of one poll: the rest is left
+			// uncommitted for the partition's next owner.
+			return len(recs) == 0
+		default:
+		}
+	}
+	return true
+}
+
+// halt stops handling the partition until it is revoked or the service
+// stops. Nothing more is committed, the service reports not ready, and the
+// age of the oldest pending record grows, which alerts.
+func (w *worker) halt(err *project.HaltError) {
+	component := "partition " + w.topic + "/" + strconv.Itoa(int(w.partition))
+	w.log.Error("partition halted: nothing more is committed on it until the cause is fixed and the service restarted", zap.Error(err))
+	w.c.health.Fail(component, "halted: "+err.Error())
+	w.c.m.halted.WithLabelValues(w.topic, strconv.Itoa(int(w.partition))).Set(1)
+	<-w.quit
+	w.c.health.Recover(component)
+}
+
+func (w *worker) commit(last *kgo.Record) {
+	ctx, cancel := context.WithTimeout(w.c.workCtx, commitTimeout)
+	defer cancel()
+	start := time.Now()
+	err := w.c.cl.CommitRecords(ctx, last)
+	w.c.m.commitSeconds.Observe(time.Since(start).Seconds())
+	if err != nil {
+		w.c.m.commitErrors.Inc()
+		w.log.Warn("offset commit failed; the records will be delivered again", zap.Int64("offset", last.Offset), zap.Error(err))
+		return
+	}
+	w.mu.Lock()
+	w.next = last.Offset + 1
+	w.mu.Unlock()
+	w.updateLag()
+}
+
+func (w *worker) updateLag() {
+	w.mu.Lock()
+	lag := w.highWatermark - w.next
+	w.mu.Unlock()
+	if lag < 0 {
+		lag = 0
+	}
+	w.c.m.lag.WithLabelValues(w.topic, strconv.Itoa(int(w.partition))).Set(float64(lag))
+}
+
+func (w *worker) popPending() {
+	w.mu.Lock()
+	if len(w.pending) > 0 {
+		w.pending = w.pending[1:]
+	}
+	w.mu.Unlock()
+}
+
+// oldestPending returns the receive time of the oldest uncommitted batch,
+// or the zero time.
+func (w *worker) oldestPending() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.pending) == 0 {
+		return time.Time{}
+	}
+	return w.pending[0]
+}

@@ -1,0 +1,70 @@
+package project
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the projector's own series; the fence and the consumer
+// register theirs.
+type metrics struct {
+	records      *prometheus.CounterVec
+	deadLetters  *prometheus.CounterVec
+	storeWrite   *prometheus.HistogramVec
+	storeErrors  *prometheus.CounterVec
+	batchRecords prometheus.Histogram
+	batchSeconds prometheus.Histogram
+	fenceSeconds prometheus.Histogram
+	embedSeconds prometheus.Histogram
+}
+
+var latencyBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		records: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "projector_records_total",
+			Help: "Records handled, by outcome (projected, redelivered, stale, withdrawn, conflict, dlq).",
+		}, []string{"outcome"}),
+		deadLetters: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "projector_dlq_total",
+			Help: "Records written to the dead-letter topic, by reason.",
+		}, []string{"reason"}),
+		storeWrite: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "projector_store_write_seconds",
+			Help:    "Time of one successful batch write to a store (index, graph, relational).",
+			Buckets: latencyBuckets,
+		}, []string{"store"}),
+		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "projector_store_errors_total",
+			Help: "Failed store calls, by store and kind (transient, rejected, fatal); each retry counts.",
+		}, []string{"store", "kind"}),
+		batchRecords: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "projector_batch_records",
+			Help:    "Records per handled batch.",
+			Buckets: prometheus.ExponentialBuckets(1, 2, 12),
+		}),
+		batchSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "projector_batch_seconds",
+			Help:    "Time to handle a batch: decode, writes, fences and dead letters, before the commit.",
+			Buckets: latencyBuckets,
+		}),
+		fenceSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "projector_fence_seconds",
+			Help:    "Time spent in fences per batch.",
+			Buckets: latencyBuckets,
+		}),
+		embedSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "projector_embed_seconds",
+			Help:    "Time spent computing vectors per batch.",
+			Buckets: latencyBuckets,
+		}),
+	}
+	for _, o := range []Outcome{OutcomeProjected, OutcomeRedelivered, OutcomeStale, OutcomeWithdrawn, OutcomeConflict, OutcomeDLQ} {
+		m.records.WithLabelValues(string(o))
+	}
+	for _, s := range []string{StoreIndex, StoreGraph, StoreRelational} {
+		m.storeWrite.WithLabelValues(s)
+	}
+	reg.MustRegister(m.records, m.deadLetters, m.storeWrite, m.storeErrors, m.batchRecords, m.batchSeconds, m.fenceSeconds, m.embedSeconds)
+	return m
+}

@@ -1,0 +1,515 @@
+package project
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap"
+
+	"github.com/projector/projector/internal/event"
+	"github.com/projector/projector/internal/fence"
+	"github.com/projector/projector/internal/health"
+	"github.com/projector/projector/internal/keys"
+)
+
+// Store labels, used in metrics, logs, errors and the health status.
+const (
+	StoreIndex      = "index"
+	StoreGraph      = "graph"
+	StoreRelational = "relational"
+)
+
+// DeadLetter is a record that can never be projected, with the reason.
+type DeadLetter struct {
+	Record *kgo.Record
+	Reason event.Reason
+	Detail string
+}
+
+// DeadLetters writes records to the dead-letter topic. Send returns only
+// when every letter is acknowledged, or with an error.
+type DeadLetters interface {
+	Send(ctx context.Context, letters []DeadLetter) error
+}
+
+// Fencer checks that the stores hold what a batch wrote.
+type Fencer interface {
+	Check(ctx context.Context, want map[string][]uuid.UUID) ([]fence.Mismatch, error)
+}
+
+// FencePolicy decides what happens when a document still does not match
+// after its re-projections.
+type FencePolicy string
+
+const (
+	// FenceDLQ sends the document's records of the batch to the dead-letter
+	// topic with reason fence_mismatch and goes on. The default: one
+	// document a store will not hold must not stop a whole partition, and
+	// the record stays recoverable from the dead-letter topic.
+	FenceDLQ FencePolicy = "dlq"
+	// FenceHalt stops the partition: nothing more is committed on it and
+	// the service reports not ready until an operator steps in.
+	FenceHalt FencePolicy = "halt"
+)
+
+// HaltError stops a partition after a fence mismatch under FenceHalt.
+type HaltError struct {
+	Mismatches []fence.Mismatch
+}
+
+func (e *HaltError) Error() string {
+	return fmt.Sprintf("fence mismatch persists after re-projection (%s); halting the partition", e.Mismatches[0])
+}
+
+// Config holds the projector's policies and bounds.
+type Config struct {
+	OnConflict      ConflictPolicy
+	OnFenceMismatch FencePolicy
+	// FenceRetries is how many times a mismatching document is re-projected
+	// before OnFenceMismatch applies.
+	FenceRetries int
+	// MaxBatchChunks bounds the chunks of one store write; a larger batch
+	// is written in several parts, each fenced before the next.
+	MaxBatchChunks int
+	// Writer names this process in the ledger.
+	Writer string
+	// RetryMin and RetryMax bound the exponential backoff of store retries.
+	RetryMin, RetryMax time.Duration
+}
+
+// Deps are the parts a Projector drives.
+type Deps struct {
+	Decoder     *event.Decoder
+	Embedder    Embedder
+	Index       Index
+	Graph       Graph
+	Relational  Relational
+	Fences      Fencer
+	DeadLetters DeadLetters
+	Health      *health.Status
+}
+
+// Projector handles batches of one partition's records. Handle may be
+// called concurrently for different partitions: documents never span
+// partitions, so concurrent batches touch different documents.
+type Projector struct {
+	cfg Config
+	log *zap.Logger
+	m   *metrics
+	d   Deps
+}
+
+// New returns a Projector; its metrics are registered on reg.
+func New(cfg Config, log *zap.Logger, reg prometheus.Registerer, d Deps) *Projector {
+	if cfg.RetryMin <= 0 {
+		cfg.RetryMin = 100 * time.Millisecond
+	}
+	if cfg.RetryMax < cfg.RetryMin {
+		cfg.RetryMax = 30 * time.Second
+	}
+	if cfg.MaxBatchChunks <= 0 {
+		cfg.MaxBatchChunks = 4096
+	}
+	return &Projector{cfg: cfg, log: log, m: newMetrics(reg), d: d}
+}
+
+// Handle projects records, which are consecutive records of one partition
+// in offset order. It returns nil when every record is done: written to all
+// three stores and fenced, found stale, or acknowledged by the dead-letter
+// topic; only then may the caller commit past them. Store failures are
+// retried until they pass or ctx ends, so an error means the batch was
+// abandoned (ctx ended) or the partition must halt (*HaltError).
+func (p *Projector) Handle(ctx context.Context, recs []*kgo.Record) error {
+	start := time.Now()
+	items := make([]item, len(recs))
+	for i, r := range recs {
+		items[i].rec = r
+		ev, err := p.d.Decoder.Decode(r.Key, r.Value, header(r, "correlation-id"))
+		var bad *event.Error
+		if errors.As(err, &bad) {
+			items[i].bad = bad
+			continue
+		}
+		items[i].ev = ev
+	}
+	for _, part := range splitByChunks(items, p.cfg.MaxBatchChunks) {
+		if err := p.handle(ctx, part); err != nil {
+			return err
+		}
+	}
+	p.m.batchRecords.Observe(float64(len(recs)))
+	p.m.batchSeconds.Observe(time.Since(start).Seconds())
+	return nil
+}
+
+// splitByChunks cuts items into consecutive parts of at most max chunks
+// (a single larger record stays alone in its part).
+func splitByChunks(items []item, max int) [][]item {
+	var parts [][]item
+	begin, chunks := 0, 0
+	for i := range items {
+		n := len(items[i].ev.Chunks)
+		if i > begin && chunks+n > max {
+			parts = append(parts, items[begin:i])
+			begin, chunks = i, 0
+		}
+		chunks += n
+	}
+	if begin < len(items) {
+		parts = append(parts, items[begin:])
+	}
+	return parts
+}
+
+func (p *Projector) handle(ctx context.Context, items []item) error {
+	var docKeys []string
+	seen := map[string]bool{}
+	for _, it := range items {
+		if it.bad == nil && !seen[it.ev.Key] {
+			seen[it.ev.Key] = true
+			docKeys = append(docKeys, it.ev.Key)
+		}
+	}
+	var states map[string]State
+	if len(docKeys) > 0 {
+		err := p.retry(ctx, StoreRelational, func(ctx context.Context) error {
+			var err error
+			states, err = p.d.Relational.States(ctx, docKeys)
+			return err
+		})
+		if err != nil {
+			return err
+		}
+	}
+	pl := fold(states, items, p.cfg.OnConflict, p.cfg.Writer)
+	w, err := p.buildWrite(ctx, pl)
+	if err != nil {
+		return err
+	}
+	if !w.Empty() {
+		err := p.apply(ctx, w, pl.ledger)
+		if KindOf(err) == Rejected && ctx.Err() == nil {
+			return p.isolate(ctx, items, err)
+		}
+		if err != nil {
+			return err
+		}
+		letters, err := p.fence(ctx, w, items)
+		if err != nil {
+			return err
+		}
+		pl.letters = append(pl.letters, letters...)
+	}
+	if err := p.sendLetters(ctx, pl.letters); err != nil {
+		return err
+	}
+	p.record(items)
+	return nil
+}
+
+// isolate handles the records of a batch a store rejected one at a time, so
+// that only the record the store refuses goes to the dead-letter topic.
+func (p *Projector) isolate(ctx context.Context, items []item, cause error) error {
+	if len(items) > 1 {
+		p.log.Warn("a store rejected a batch; retrying its records one by one", zap.Int("records", len(items)), zap.Error(cause))
+		for i := range items {
+			if err := p.handle(ctx, items[i:i+1]); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	it := &items[0]
+	it.outcome = OutcomeDLQ
+	p.log.Error("a store rejected a record; sending it to the dead-letter topic (the index and graph may hold parts of it until reconcile --repair)",
+		append(recordFields(it), zap.Error(cause))...)
+	if err := p.sendLetters(ctx, []DeadLetter{{Record: it.rec, Reason: ReasonStoreRejected, Detail: cause.Error()}}); err != nil {
+		return err
+	}
+	p.record(items)
+	return nil
+}
+
+// buildWrite turns the folded batch into the stores' write, computing the
+// vectors that events did not carry.
+func (p *Projector) buildWrite(ctx context.Context, pl *plan) (*Write, error) {
+	w := &Write{}
+	var texts []string
+	var missing []*Chunk
+	for _, key := range pl.order {
+		st := pl.docs[key]
+		if st.Withdrawn {
+			w.Withdrawn = append(w.Withdrawn, Withdrawal{Key: key, Version: st.Version})
+			continue
+		}
+		ev := st.live
+		doc := Document{
+			Key: key, Version: st.Version, Title: ev.Title, Source: ev.Source,
+			Metadata: ev.Metadata, ContentHash: ev.ContentHash, CorrelationID: ev.CorrelationID,
+			Chunks: make([]Chunk, len(ev.Chunks)),
+		}
+		for i, c := range ev.Chunks {
+			doc.Chunks[i] = Chunk{
+				ID: keys.ChunkID(key, st.Version, i), DocumentKey: key, Version: st.Version,
+				Ordinal: i, Text: c.Text, Vector: c.Vector, Metadata: c.Metadata,
+			}
+		}
+		w.Live = append(w.Live, doc)
+	}
+	for i := range w.Live {
+		for j := range w.Live[i].Chunks {
+			if c := &w.Live[i].Chunks[j]; c.Vector == nil {
+				texts = append(texts, c.Text)
+				missing = append(missing, c)
+			}
+		}
+	}
+	if len(texts) == 0 {
+		return w, nil
+	}
+	start := time.Now()
+	err := p.retry(ctx, "embedder", func(ctx context.Context) error {
+		vecs, err := p.d.Embedder.Embed(ctx, texts)
+		if err != nil {
+			return err
+		}
+		if len(vecs) != len(texts) {
+			return fmt.Errorf("embedder returned %d vectors for %d texts", len(vecs), len(texts))
+		}
+		for i, c := range missing {
+			c.Vector = vecs[i]
+		}
+		return nil
+	})
+	p.m.embedSeconds.Observe(time.Since(start).Seconds())
+	return w, err
+}
+
+// apply writes w to the three stores in the fixed order, each retried until
+// it succeeds. A later store is never written before an earlier one
+// acknowledged: see docs/write-order.md.
+func (p *Projector) apply(ctx context.Context, w *Write, ledger []LedgerEntry) error {
+	steps := []struct {
+		store string
+		write func(context.Context) error
+	}{
+		{StoreIndex, func(ctx context.Context) error { return p.d.Index.Apply(ctx, w) }},
+		{StoreGraph, func(ctx context.Context) error { return p.d.Graph.Apply(ctx, w) }},
+		{StoreRelational, func(ctx context.Context) error { return p.d.Relational.Apply(ctx, w, ledger) }},
+	}
+	for _, s := range steps {
+		err := p.retry(ctx, s.store, func(ctx context.Context) error {
+			start := time.Now()
+			if err := s.write(ctx); err != nil {
+				return err
+			}
+			p.m.storeWrite.WithLabelValues(s.store).Observe(time.Since(start).Seconds())
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// fence checks w against the stores, re-projects the documents that do not
+// match, and applies the mismatch policy to those that still do not. It
+// returns the dead letters the policy adds.
+func (p *Projector) fence(ctx context.Context, w *Write, items []item) ([]DeadLetter, error) {
+	start := time.Now()
+	defer func() { p.m.fenceSeconds.Observe(time.Since(start).Seconds()) }()
+	for attempt := 0; ; attempt++ {
+		var mismatches []fence.Mismatch
+		err := p.retry(ctx, "fence", func(ctx context.Context) error {
+			var err error
+			mismatches, err = p.d.Fences.Check(ctx, w.Expected())
+			return err
+		})
+		if err != nil || len(mismatches) == 0 {
+			return nil, err
+		}
+		for _, m := range mismatches {
+			p.log.Warn("fence mismatch", zap.String("store", m.Store), zap.String("document_key", m.Key),
+				zap.Int("want", m.Want), zap.Int("got", m.Got), zap.Int("missing", len(m.Missing)),
+				zap.Int("unexpected", len(m.Unexpected)), zap.Int("attempt", attempt))
+		}
+		bad := map[string]bool{}
+		for _, m := range mismatches {
+			bad[m.Key] = true
+		}
+		w = w.restrict(bad)
+		if attempt >= p.cfg.FenceRetries {
+			if p.cfg.OnFenceMismatch == FenceHalt {
+				return nil, &HaltError{Mismatches: mismatches}
+			}
+			var letters []DeadLetter
+			for i := range items {
+				it := &items[i]
+				if it.bad == nil && bad[it.ev.Key] && it.outcome != OutcomeStale && it.outcome != OutcomeDLQ {
+					it.outcome = OutcomeDLQ
+					letters = append(letters, DeadLetter{Record: it.rec, Reason: ReasonFenceMismatch,
+						Detail: "after " + fmt.Sprint(attempt) + " re-projections: " + mismatchesOf(mismatches, it.ev.Key)})
+				}
+			}
+			return letters, nil
+		}
+		// Re-project: the ledger rows are already committed, so only the
+		// documents and chunks are written again.
+		if err := p.apply(ctx, w, nil); err != nil {
+			return nil, err
+		}
+	}
+}
+
+func mismatchesOf(ms []fence.Mismatch, key string) string {
+	var out string
+	for _, m := range ms {
+		if m.Key == key {
+			if out != "" {
+				out += "; "
+			}
+			out += m.String()
+		}
+	}
+	return out
+}
+
+// restrict returns the part of w that concerns the given documents.
+func (w *Write) restrict(keep map[string]bool) *Write {
+	out := &Write{}
+	for _, d := range w.Live {
+		if keep[d.Key] {
+			out.Live = append(out.Live, d)
+		}
+	}
+	for _, d := range w.Withdrawn {
+		if keep[d.Key] {
+			out.Withdrawn = append(out.Withdrawn, d)
+		}
+	}
+	return out
+}
+
+func (p *Projector) sendLetters(ctx context.Context, letters []DeadLetter) error {
+	if len(letters) == 0 {
+		return nil
+	}
+	err := p.retry(ctx, "dead-letter topic", func(ctx context.Context) error {
+		return p.d.DeadLetters.Send(ctx, letters)
+	})
+	if err != nil {
+		return err
+	}
+	for _, l := range letters {
+		p.m.deadLetters.WithLabelValues(string(l.Reason)).Inc()
+	}
+	return nil
+}
+
+// record counts and logs the outcome of every record of a handled batch.
+func (p *Projector) record(items []item) {
+	for i := range items {
+		it := &items[i]
+		p.m.records.WithLabelValues(string(it.outcome)).Inc()
+		switch {
+		case it.bad != nil:
+			p.log.Warn("bad input sent to the dead-letter topic", append(recordFields(it),
+				zap.String("reason", string(it.bad.Reason)), zap.String("detail", it.bad.Detail))...)
+		case it.outcome == OutcomeConflict || (it.outcome == OutcomeDLQ && it.storedHash != ""):
+			p.log.Warn("version conflict", append(recordFields(it),
+				zap.String("stored_content_hash", it.storedHash), zap.String("content_hash", it.ev.ContentHash),
+				zap.String("policy", string(p.cfg.OnConflict)))...)
+		default:
+			if ce := p.log.Check(zap.DebugLevel, "record handled"); ce != nil {
+				ce.Write(append(recordFields(it), zap.String("outcome", string(it.outcome)))...)
+			}
+		}
+	}
+}
+
+// recordFields are the fields of every log line about a record. They never
+// include chunk text.
+func recordFields(it *item) []zap.Field {
+	fields := []zap.Field{
+		zap.String("topic", it.rec.Topic), zap.Int32("partition", it.rec.Partition), zap.Int64("offset", it.rec.Offset),
+	}
+	if it.bad != nil {
+		return fields
+	}
+	op := it.ev.Op
+	return append(fields,
+		zap.String("document_key", it.ev.Key), zap.Int64("version", it.ev.Version),
+		zap.String("idempotency_key", keys.IdempotencyKey(it.ev.Key, it.ev.Version, op)),
+		zap.String("correlation_id", it.ev.CorrelationID))
+}
+
+// retry runs op until it succeeds, ctx ends, or it fails with a Rejected
+// error. It logs one line when a component starts failing and one when it
+// recovers, and reports the outage on the health status in between.
+func (p *Projector) retry(ctx context.Context, component string, op func(context.Context) error) error {
+	var failingSince time.Time
+	for attempt := 0; ; attempt++ {
+		err := op(ctx)
+		if err == nil {
+			if !failingSince.IsZero() && p.d.Health.Recover(component) {
+				p.log.Info("recovered", zap.String("component", component), zap.Int("attempts", attempt+1), zap.Duration("outage", time.Since(failingSince)))
+			}
+			return nil
+		}
+		if ctx.Err() != nil {
+			return err
+		}
+		kind := KindOf(err)
+		if store := StoreOf(err); store != "" {
+			p.m.storeErrors.WithLabelValues(store, kind.String()).Inc()
+		}
+		if kind == Rejected {
+			return err
+		}
+		if failingSince.IsZero() {
+			failingSince = time.Now()
+		}
+		if p.d.Health.Fail(component, kind.String()+" failure: "+err.Error()) {
+			level := zap.WarnLevel
+			if kind == Fatal {
+				level = zap.ErrorLevel
+			}
+			p.log.Log(level, "failing; retrying with backoff until it recovers", zap.String("component", component), zap.String("kind", kind.String()), zap.Error(err))
+		}
+		delay := p.backoff(attempt)
+		if kind == Fatal {
+			delay = p.cfg.RetryMax
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(delay):
+		}
+	}
+}
+
+// backoff is capped exponential with equal jitter: half fixed, half random,
+// so many partitions retrying at once spread out.
+func (p *Projector) backoff(attempt int) time.Duration {
+	d := p.cfg.RetryMin << min(attempt, 20)
+	if d > p.cfg.RetryMax || d <= 0 {
+		d = p.cfg.RetryMax
+	}
+	return d/2 + rand.N(d/2+1)
+}
+
+func header(r *kgo.Record, key string) string {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}

@@ -1,0 +1,148 @@
+// Package project is the projection itself: it turns a batch of records of
+// one partition into the net writes of the three stores and applies them in
+// the fixed order index, graph, relational, then checks them with fences.
+//
+// It owns the semantics of the public contract's section 3 (stale versions,
+// new versions, withdrawals, conflicts) and knows the stores only through the
+// small interfaces declared here; the adapters live in internal/store/...
+package project
+
+import (
+	"context"
+
+	"github.com/google/uuid"
+
+	"github.com/projector/projector/internal/keys"
+)
+
+// Document is a live document as every store must hold it after a batch:
+// exactly these chunks, at this version.
+type Document struct {
+	Key     string
+	Version int64
+	Title   string
+	Source  string
+	// Metadata holds JSON scalars only (string, bool, nil, int64, float64).
+	Metadata      map[string]any
+	ContentHash   string
+	CorrelationID string
+	Chunks        []Chunk
+}
+
+// Chunk is one chunk of a live document.
+type Chunk struct {
+	ID          uuid.UUID
+	DocumentKey string
+	Version     int64
+	Ordinal     int
+	Text        string
+	Vector      []float32
+	// Metadata is the chunk's own metadata (JSON scalars), may be nil.
+	Metadata map[string]any
+}
+
+// Withdrawal is a document that no store may hold any more. The relational
+// store remembers Version, so a replayed older upsert stays stale.
+type Withdrawal struct {
+	Key     string
+	Version int64
+}
+
+// Write is the net effect of a batch: after it, every store holds exactly
+// the chunks of Live and nothing of Withdrawn. Within one Write a document
+// key appears once.
+type Write struct {
+	Live      []Document
+	Withdrawn []Withdrawal
+}
+
+// Keys returns every document key of the write, live ones first.
+func (w *Write) Keys() []string {
+	out := make([]string, 0, len(w.Live)+len(w.Withdrawn))
+	for _, d := range w.Live {
+		out = append(out, d.Key)
+	}
+	for _, d := range w.Withdrawn {
+		out = append(out, d.Key)
+	}
+	return out
+}
+
+// Expected returns, per document key, the exact chunk ids the stores must
+// hold after the write (none for a withdrawn document).
+func (w *Write) Expected() map[string][]uuid.UUID {
+	out := make(map[string][]uuid.UUID, len(w.Live)+len(w.Withdrawn))
+	for _, d := range w.Live {
+		ids := make([]uuid.UUID, len(d.Chunks))
+		for i, c := range d.Chunks {
+			ids[i] = c.ID
+		}
+		out[d.Key] = ids
+	}
+	for _, d := range w.Withdrawn {
+		out[d.Key] = nil
+	}
+	return out
+}
+
+// Empty reports whether the write changes nothing.
+func (w *Write) Empty() bool { return len(w.Live) == 0 && len(w.Withdrawn) == 0 }
+
+// LedgerEntry records that an event was applied to all three stores. It is
+// written in the relational transaction, so its presence proves the index
+// and graph writes before it were acknowledged.
+type LedgerEntry struct {
+	IdempotencyKey string
+	DocumentKey    string
+	Version        int64
+	Op             keys.Op
+	ContentHash    string
+	ChunkCount     int
+	Topic          string
+	Partition      int32
+	Offset         int64
+	CorrelationID  string
+	// Writer names the projector process that applied the event, so the
+	// ledger shows which process wrote which partition's offsets.
+	Writer string
+}
+
+// State is what the relational store remembers of a document; it decides
+// whether an event is new, a redelivery, stale or a conflict.
+type State struct {
+	Version     int64
+	Withdrawn   bool
+	ContentHash string
+}
+
+// Index is the vector index (Qdrant), written first.
+type Index interface {
+	// Apply upserts the chunks of w.Live, then removes every other chunk of
+	// the documents of w, including all chunks of w.Withdrawn.
+	Apply(ctx context.Context, w *Write) error
+}
+
+// Graph is the graph store (Neo4j), written second.
+type Graph interface {
+	// Apply merges documents and chunks of w.Live with their HAS_CHUNK
+	// relationships, then removes every other chunk of those documents and
+	// the documents of w.Withdrawn with their chunks.
+	Apply(ctx context.Context, w *Write) error
+}
+
+// Relational is the relational store (PostgreSQL), written last; it is also
+// the decision store.
+type Relational interface {
+	// States returns the stored state of the given documents; unknown
+	// documents are absent from the map.
+	States(ctx context.Context, keys []string) (map[string]State, error)
+	// Apply writes documents, chunks, removals and the ledger entries in one
+	// transaction.
+	Apply(ctx context.Context, w *Write, ledger []LedgerEntry) error
+}
+
+// Embedder computes vectors for chunks that carry none.
+type Embedder interface {
+	Embed(ctx context.Context, texts []string) ([][]float32, error)
+	Dim() int
+}

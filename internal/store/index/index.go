@@ -1,0 +1,309 @@
+// Package index is the vector index: one Qdrant point per chunk.
+//
+// The point id is the chunk id; the payload holds document_key (keyword
+// index), version (integer index), ordinal, text, title, source and
+// metadata (the document's metadata with the chunk's own on top), so a
+// search result can be shown and filtered without another store.
+package index
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+
+	"github.com/google/uuid"
+	"github.com/qdrant/go-client/qdrant"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/projector/projector/internal/project"
+)
+
+// Config says how to reach Qdrant and how to write to it.
+type Config struct {
+	// Addr is the gRPC address, host:port (Qdrant's gRPC port is 6334).
+	Addr       string
+	Collection string
+	// APIKey is sent with every call when set.
+	APIKey string
+	// TLS, when set, encrypts the connection.
+	TLS *tls.Config
+	// Dim is the vector dimension of the collection.
+	Dim int
+	// UpsertBatch bounds the points of one upsert call.
+	UpsertBatch int
+}
+
+// Store is the Qdrant adapter. It is safe for concurrent use.
+type Store struct {
+	client *qdrant.Client
+	cfg    Config
+}
+
+var _ project.Index = (*Store)(nil)
+
+// Open creates a client. The go-client dials lazily, so an unreachable
+// server shows up on the first call, not here.
+func Open(cfg Config) (*Store, error) {
+	host, portText, err := net.SplitHostPort(cfg.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("qdrant address %q: want host:port", cfg.Addr)
+	}
+	port, err := strconv.Atoi(portText)
+	if err != nil {
+		return nil, fmt.Errorf("qdrant address %q: port is not a number", cfg.Addr)
+	}
+	if cfg.UpsertBatch <= 0 {
+		cfg.UpsertBatch = 256
+	}
+	client, err := qdrant.NewClient(&qdrant.Config{
+		Host: host, Port: port, APIKey: cfg.APIKey, UseTLS: cfg.TLS != nil, TLSConfig: cfg.TLS,
+		// The version check logs through the standard logger; the
+		// projector reports the server's version itself.
+		SkipCompatibilityCheck: true,
+		PoolSize:               2,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("qdrant client for %s: %w", cfg.Addr, err)
+	}
+	return &Store{client: client, cfg: cfg}, nil
+}
+
+// Close closes the client's connections.
+func (s *Store) Close() error { return s.client.Close() }
+
+// Name is the store's label.
+func (s *Store) Name() string { return project.StoreIndex }
+
+// Client exposes the go-client to the reconcile and test code of this module.
+func (s *Store) Client() *qdrant.Client { return s.client }
+
+// Collection names the collection the store writes.
+func (s *Store) Collection() string { return s.cfg.Collection }
+
+// Ping checks that the server answers.
+func (s *Store) Ping(ctx context.Context) error {
+	_, err := s.client.HealthCheck(ctx)
+	return classify(err)
+}
+
+// Migrate creates the collection and its payload indexes when missing. An
+// existing collection with another vector size stops the service: writing
+// would fail on every point.
+func (s *Store) Migrate(ctx context.Context) error {
+	exists, err := s.client.CollectionExists(ctx, s.cfg.Collection)
+	if err != nil {
+		return classify(fmt.Errorf("check collection %s: %w", s.cfg.Collection, err))
+	}
+	if !exists {
+		err := s.client.CreateCollection(ctx, &qdrant.CreateCollection{
+			CollectionName: s.cfg.Collection,
+			VectorsConfig: qdrant.NewVectorsConfig(&qdrant.VectorParams{
+				Size: uint64(s.cfg.Dim), Distance: qdrant.Distance_Cosine,
+			}),
+		})
+		if err != nil && grpcCode(err) != codes.AlreadyExists {
+			return classify(fmt.Errorf("create collection %s: %w", s.cfg.Collection, err))
+		}
+	}
+	info, err := s.client.GetCollectionInfo(ctx, s.cfg.Collection)
+	if err != nil {
+		return classify(fmt.Errorf("read collection %s: %w", s.cfg.Collection, err))
+	}
+	if size := info.GetConfig().GetParams().GetVectorsConfig().GetParams().GetSize(); size != uint64(s.cfg.Dim) {
+		return &project.StoreError{Store: project.StoreIndex, Kind: project.Fatal, Err: fmt.Errorf(
+			"collection %s has vectors of dimension %d but the embedder makes %d; use another --qdrant-collection or set the embedder's dimension to %d",
+			s.cfg.Collection, size, s.cfg.Dim, size)}
+	}
+	for field, typ := range map[string]qdrant.FieldType{"document_key": qdrant.FieldType_FieldTypeKeyword, "version": qdrant.FieldType_FieldTypeInteger} {
+		_, err := s.client.CreateFieldIndex(ctx, &qdrant.CreateFieldIndexCollection{
+			CollectionName: s.cfg.Collection, FieldName: field, FieldType: qdrant.PtrOf(typ), Wait: qdrant.PtrOf(true),
+		})
+		if err != nil {
+			return classify(fmt.Errorf("create payload index %s: %w", field, err))
+		}
+	}
+	return nil
+}
+
+// Apply upserts the chunks of w.Live, in calls of at most UpsertBatch
+// points, then deletes every other point of the documents of w with one
+// filtered delete. Every call waits until Qdrant has applied it, so a fence
+// that follows reads the write.
+func (s *Store) Apply(ctx context.Context, w *project.Write) error {
+	var points []*qdrant.PointStruct
+	var keep []*qdrant.PointId
+	flush := func() error {
+		if len(points) == 0 {
+			return nil
+		}
+		_, err := s.client.Upsert(ctx, &qdrant.UpsertPoints{
+			CollectionName: s.cfg.Collection, Points: points, Wait: qdrant.PtrOf(true),
+		})
+		points = points[:0]
+		if err != nil {
+			return classify(fmt.Errorf("upsert points: %w", err))
+		}
+		return nil
+	}
+	for _, d := range w.Live {
+		for _, c := range d.Chunks {
+			payload, err := qdrant.TryValueMap(payloadOf(&d, &c))
+			if err != nil {
+				return &project.StoreError{Store: project.StoreIndex, Kind: project.Rejected, Err: fmt.Errorf("payload of chunk %s: %w", c.ID, err)}
+			}
+			id := qdrant.NewIDUUID(c.ID.String())
+			keep = append(keep, id)
+			points = append(points, &qdrant.PointStruct{Id: id, Vectors: qdrant.NewVectorsDense(c.Vector), Payload: payload})
+			if len(points) == s.cfg.UpsertBatch {
+				if err := flush(); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	if err := flush(); err != nil {
+		return err
+	}
+	keys := w.Keys()
+	if len(keys) == 0 {
+		return nil
+	}
+	filter := &qdrant.Filter{Must: []*qdrant.Condition{qdrant.NewMatchKeywords("document_key", keys...)}}
+	if len(keep) > 0 {
+		filter.MustNot = []*qdrant.Condition{qdrant.NewHasID(keep...)}
+	}
+	_, err := s.client.Delete(ctx, &qdrant.DeletePoints{
+		CollectionName: s.cfg.Collection, Points: qdrant.NewPointsSelectorFilter(filter), Wait: qdrant.PtrOf(true),
+	})
+	if err != nil {
+		return classify(fmt.Errorf("delete other points: %w", err))
+	}
+	return nil
+}
+
+// payloadOf builds a point's payload.
+func payloadOf(d *project.Document, c *project.Chunk) map[string]any {
+	md := make(map[string]any, len(d.Metadata)+len(c.Metadata))
+	for k, v := range d.Metadata {
+		md[k] = v
+	}
+	for k, v := range c.Metadata {
+		md[k] = v
+	}
+	return map[string]any{
+		"document_key": d.Key,
+		"version":      d.Version,
+		"ordinal":      int64(c.Ordinal),
+		"text":         c.Text,
+		"title":        d.Title,
+		"source":       d.Source,
+		"metadata":     md,
+	}
+}
+
+// ChunkCounts returns the number of points per document with one exact
+// facet call over document_key.
+func (s *Store) ChunkCounts(ctx context.Context, keys []string) (map[string]int, error) {
+	hits, err := s.client.Facet(ctx, &qdrant.FacetCounts{
+		CollectionName: s.cfg.Collection,
+		Key:            "document_key",
+		Filter:         &qdrant.Filter{Must: []*qdrant.Condition{qdrant.NewMatchKeywords("document_key", keys...)}},
+		Limit:          qdrant.PtrOf(uint64(len(keys))),
+		Exact:          qdrant.PtrOf(true),
+	})
+	if err != nil {
+		return nil, classify(fmt.Errorf("count points: %w", err))
+	}
+	out := make(map[string]int, len(hits))
+	for _, h := range hits {
+		out[h.GetValue().GetStringValue()] = int(h.GetCount())
+	}
+	return out, nil
+}
+
+// scrollPage is the page size of id scans; ids and one keyword per point
+// are small, so pages can be large.
+const scrollPage = 2048
+
+// ChunkIDs returns the point ids per document with one filtered scroll that
+// returns ids and document_key only.
+func (s *Store) ChunkIDs(ctx context.Context, keys []string) (map[string][]uuid.UUID, error) {
+	out := make(map[string][]uuid.UUID, len(keys))
+	filter := &qdrant.Filter{Must: []*qdrant.Condition{qdrant.NewMatchKeywords("document_key", keys...)}}
+	err := s.Scroll(ctx, filter, []string{"document_key"}, func(p *qdrant.RetrievedPoint) error {
+		key := p.GetPayload()["document_key"].GetStringValue()
+		id, err := uuid.Parse(p.GetId().GetUuid())
+		if err != nil {
+			// A numeric or malformed id was not written by the projector.
+			id = uuid.Nil
+		}
+		out[key] = append(out[key], id)
+		return nil
+	})
+	return out, err
+}
+
+// Scroll calls fn for every point matching filter, a page at a time, with
+// the named payload fields. Memory stays at one page whatever the total.
+func (s *Store) Scroll(ctx context.Context, filter *qdrant.Filter, fields []string, fn func(*qdrant.RetrievedPoint) error) error {
+	var offset *qdrant.PointId
+	for {
+		points, next, err := s.client.ScrollAndOffset(ctx, &qdrant.ScrollPoints{
+			CollectionName: s.cfg.Collection,
+			Filter:         filter,
+			Offset:         offset,
+			Limit:          qdrant.PtrOf(uint32(scrollPage)),
+			WithPayload:    qdrant.NewWithPayloadInclude(fields...),
+			WithVectors:    qdrant.NewWithVectors(false),
+		})
+		if err != nil {
+			return classify(fmt.Errorf("scroll points: %w", err))
+		}
+		for _, p := range points {
+			if err := fn(p); err != nil {
+				return err
+			}
+		}
+		if next == nil {
+			return nil
+		}
+		offset = next
+	}
+}
+
+// classify wraps a Qdrant error as a project.StoreError whose kind says
+// whether retrying can help.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	kind := project.Transient
+	if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+		kind = kindOfCode(grpcCode(err))
+	}
+	return &project.StoreError{Store: project.StoreIndex, Kind: kind, Err: err}
+}
+
+// grpcCode finds the gRPC status in err's chain; the go-client wraps it.
+func grpcCode(err error) codes.Code {
+	for e := err; e != nil; e = errors.Unwrap(e) {
+		if st, ok := status.FromError(e); ok {
+			return st.Code()
+		}
+	}
+	return codes.Unknown
+}
+
+func kindOfCode(c codes.Code) project.ErrorKind {
+	switch c {
+	case codes.InvalidArgument, codes.OutOfRange:
+		return project.Rejected
+	case codes.NotFound, codes.Unauthenticated, codes.PermissionDenied, codes.Unimplemented, codes.FailedPrecondition:
+		return project.Fatal
+	}
+	return project.Transient
+}

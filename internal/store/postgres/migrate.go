@@ -1,0 +1,98 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// migrations are applied in order, each once, recorded in
+// schema_migrations. Append new ones; never edit one that has shipped.
+var migrations = []string{
+	// 1: the contract's tables.
+	`
+CREATE TABLE documents (
+	document_key   text PRIMARY KEY,
+	version        bigint NOT NULL,
+	status         text NOT NULL CHECK (status IN ('live', 'withdrawn')),
+	content_hash   text NOT NULL,
+	title          text NOT NULL,
+	source         text NOT NULL,
+	metadata       jsonb,
+	chunk_count    integer NOT NULL,
+	correlation_id text NOT NULL,
+	updated_at     timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX documents_updated_at ON documents (updated_at);
+
+CREATE TABLE chunks (
+	chunk_id     uuid PRIMARY KEY,
+	document_key text NOT NULL,
+	version      bigint NOT NULL,
+	ordinal      integer NOT NULL,
+	text         text NOT NULL,
+	metadata     jsonb,
+	vector       bytea NOT NULL
+);
+CREATE INDEX chunks_document_key ON chunks (document_key);
+
+CREATE TABLE ledger (
+	idempotency_key  text PRIMARY KEY,
+	document_key     text NOT NULL,
+	version          bigint NOT NULL,
+	op               text NOT NULL CHECK (op IN ('upsert', 'withdraw')),
+	content_hash     text NOT NULL,
+	chunk_count      integer NOT NULL,
+	source_topic     text NOT NULL,
+	source_partition integer NOT NULL,
+	source_offset    bigint NOT NULL,
+	correlation_id   text NOT NULL,
+	writer           text NOT NULL,
+	projected_at     timestamptz NOT NULL DEFAULT now()
+);
+CREATE INDEX ledger_document_version ON ledger (document_key, version);
+CREATE INDEX ledger_projected_at ON ledger (projected_at);
+`,
+}
+
+// migrationLock is the advisory lock key that serialises migrations when
+// several projector processes start at once.
+const migrationLock = 0x70726f6a // "proj"
+
+// Migrate creates the schema and applies the migrations it lacks. It is
+// safe to run from several processes at once and on every start.
+func (s *Store) Migrate(ctx context.Context) error {
+	// The schema name was validated by Open; identifiers cannot be
+	// parameters, so it is quoted by pgx.
+	createSchema := "CREATE SCHEMA IF NOT EXISTS " + pgx.Identifier{s.schema}.Sanitize()
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLock); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, createSchema); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+			version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+			return err
+		}
+		var done int
+		if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&done); err != nil {
+			return err
+		}
+		for i := done; i < len(migrations); i++ {
+			if _, err := tx.Exec(ctx, migrations[i]); err != nil {
+				return fmt.Errorf("migration %d: %w", i+1, err)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version) VALUES ($1)`, i+1); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return classify(fmt.Errorf("migrate schema %s: %w", s.schema, err))
+	}
+	return nil
+}

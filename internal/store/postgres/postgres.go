@@ -1,0 +1,282 @@
+// Package postgres is the relational store: documents, chunks and the
+// ledger in PostgreSQL. It is written last in every path, and its
+// transaction carries the ledger rows, so a ledger row proves that the index
+// and graph writes of the same batch were acknowledged before it.
+//
+// Every statement is a constant string with parameters. Tables are found
+// through the connection's search_path, set to the configured schema, so no
+// statement is built from a name.
+package postgres
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"regexp"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/projector/projector/internal/project"
+)
+
+// Store is the PostgreSQL adapter. It is safe for concurrent use.
+type Store struct {
+	pool   *pgxpool.Pool
+	schema string
+}
+
+var _ project.Relational = (*Store)(nil)
+
+var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// Open connects to dsn with tables in schema (created by Migrate). The pool
+// connects lazily; use Ping to find out whether the server answers.
+func Open(ctx context.Context, dsn, schema string) (*Store, error) {
+	if !schemaName.MatchString(schema) {
+		return nil, fmt.Errorf("postgres schema %q: want lower-case letters, digits and _, starting with a letter or _", schema)
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		// pgx's parse errors can quote the connection string, password
+		// included; say only that it did not parse.
+		return nil, errors.New("parse postgres dsn: invalid connection string")
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	cfg.ConnConfig.RuntimeParams["application_name"] = "projector"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open postgres pool: %w", err)
+	}
+	return &Store{pool: pool, schema: schema}, nil
+}
+
+// Close releases every connection.
+func (s *Store) Close() { s.pool.Close() }
+
+// Name is the store's label.
+func (s *Store) Name() string { return project.StoreRelational }
+
+// Ping checks that the server answers.
+func (s *Store) Ping(ctx context.Context) error {
+	return classify(s.pool.Ping(ctx))
+}
+
+// Pool exposes the pool to the reconcile and test code of this module.
+func (s *Store) Pool() *pgxpool.Pool { return s.pool }
+
+// States returns the stored state of the given documents.
+func (s *Store) States(ctx context.Context, keys []string) (map[string]project.State, error) {
+	rows, err := s.pool.Query(ctx, `SELECT document_key, version, status, content_hash FROM documents WHERE document_key = ANY($1)`, keys)
+	if err != nil {
+		return nil, classify(fmt.Errorf("read document states: %w", err))
+	}
+	out := make(map[string]project.State, len(keys))
+	var (
+		key, status, hash string
+		version           int64
+	)
+	_, err = pgx.ForEachRow(rows, []any{&key, &version, &status, &hash}, func() error {
+		out[key] = project.State{Version: version, Withdrawn: status == statusWithdrawn, ContentHash: hash}
+		return nil
+	})
+	if err != nil {
+		return nil, classify(fmt.Errorf("read document states: %w", err))
+	}
+	return out, nil
+}
+
+const (
+	statusLive      = "live"
+	statusWithdrawn = "withdrawn"
+)
+
+// Rows only change when their content does: a redelivery or a replay leaves
+// every row, updated_at included, exactly as it was.
+const upsertDocuments = `
+INSERT INTO documents AS d (document_key, version, status, content_hash, title, source, metadata, chunk_count, correlation_id)
+SELECT k, v, st, h, ti, so, NULLIF(md, '')::jsonb, n, c
+FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int[], $9::text[])
+	AS u(k, v, st, h, ti, so, md, n, c)
+ON CONFLICT (document_key) DO UPDATE SET
+	version = excluded.version, status = excluded.status, content_hash = excluded.content_hash,
+	title = excluded.title, source = excluded.source, metadata = excluded.metadata,
+	chunk_count = excluded.chunk_count, correlation_id = excluded.correlation_id, updated_at = now()
+WHERE (d.version, d.status, d.content_hash, d.title, d.source, d.metadata, d.chunk_count)
+	IS DISTINCT FROM (excluded.version, excluded.status, excluded.content_hash, excluded.title, excluded.source, excluded.metadata, excluded.chunk_count)`
+
+const upsertChunks = `
+INSERT INTO chunks AS c (chunk_id, document_key, version, ordinal, text, metadata, vector)
+SELECT id, k, v, o, t, NULLIF(md, '')::jsonb, vec
+FROM unnest($1::uuid[], $2::text[], $3::bigint[], $4::int[], $5::text[], $6::text[], $7::bytea[])
+	AS u(id, k, v, o, t, md, vec)
+ON CONFLICT (chunk_id) DO UPDATE SET
+	document_key = excluded.document_key, version = excluded.version, ordinal = excluded.ordinal,
+	text = excluded.text, metadata = excluded.metadata, vector = excluded.vector
+WHERE (c.document_key, c.version, c.ordinal, c.text, c.metadata, c.vector)
+	IS DISTINCT FROM (excluded.document_key, excluded.version, excluded.ordinal, excluded.text, excluded.metadata, excluded.vector)`
+
+// deleteOtherChunks removes every chunk of the batch's documents that the
+// batch did not write: older versions, ordinals beyond a shrunk document,
+// and all chunks of withdrawn documents.
+const deleteOtherChunks = `
+DELETE FROM chunks WHERE document_key = ANY($1::text[]) AND chunk_id NOT IN (SELECT unnest($2::uuid[]))`
+
+// The first projection of an event stays in the ledger; a redelivery does
+// not rewrite it. An overwritten conflict updates the content it recorded.
+const insertLedger = `
+INSERT INTO ledger AS l (idempotency_key, document_key, version, op, content_hash, chunk_count,
+	source_topic, source_partition, source_offset, correlation_id, writer)
+SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[], $6::int[],
+	$7::text[], $8::int[], $9::bigint[], $10::text[], $11::text[])
+ON CONFLICT (idempotency_key) DO UPDATE SET content_hash = excluded.content_hash, chunk_count = excluded.chunk_count
+WHERE l.content_hash IS DISTINCT FROM excluded.content_hash`
+
+// Apply writes w and the ledger entries in one transaction, sent as one
+// round trip.
+func (s *Store) Apply(ctx context.Context, w *project.Write, ledger []project.LedgerEntry) error {
+	b := &pgx.Batch{}
+	docs := newDocumentColumns(len(w.Live) + len(w.Withdrawn))
+	var chunks chunkColumns
+	var keep []string
+	for _, d := range w.Live {
+		md, err := jsonText(d.Metadata)
+		if err != nil {
+			return &project.StoreError{Store: project.StoreRelational, Kind: project.Rejected, Err: fmt.Errorf("document %q metadata: %w", d.Key, err)}
+		}
+		docs.add(d.Key, d.Version, statusLive, d.ContentHash, d.Title, d.Source, md, len(d.Chunks), d.CorrelationID)
+		for _, c := range d.Chunks {
+			cmd, err := jsonText(c.Metadata)
+			if err != nil {
+				return &project.StoreError{Store: project.StoreRelational, Kind: project.Rejected, Err: fmt.Errorf("chunk %s metadata: %w", c.ID, err)}
+			}
+			chunks.add(c, cmd)
+			keep = append(keep, c.ID.String())
+		}
+	}
+	for _, d := range w.Withdrawn {
+		docs.add(d.Key, d.Version, statusWithdrawn, "", "", "", "", 0, "")
+	}
+	if len(docs.keys) > 0 {
+		b.Queue(upsertDocuments, docs.keys, docs.versions, docs.statuses, docs.hashes, docs.titles, docs.sources, docs.metadata, docs.counts, docs.correlations)
+	}
+	if len(chunks.ids) > 0 {
+		b.Queue(upsertChunks, chunks.ids, chunks.keys, chunks.versions, chunks.ordinals, chunks.texts, chunks.metadata, chunks.vectors)
+	}
+	if len(docs.keys) > 0 {
+		b.Queue(deleteOtherChunks, docs.keys, keep)
+	}
+	if len(ledger) > 0 {
+		l := newLedgerColumns(ledger)
+		b.Queue(insertLedger, l.keys, l.docs, l.versions, l.ops, l.hashes, l.counts, l.topics, l.partitions, l.offsets, l.correlations, l.writers)
+	}
+	if b.Len() == 0 {
+		return nil
+	}
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		return tx.SendBatch(ctx, b).Close()
+	})
+	if err != nil {
+		return classify(fmt.Errorf("write batch: %w", err))
+	}
+	return nil
+}
+
+// ChunkCounts returns the number of chunks per document.
+func (s *Store) ChunkCounts(ctx context.Context, keys []string) (map[string]int, error) {
+	rows, err := s.pool.Query(ctx, `SELECT document_key, count(*) FROM chunks WHERE document_key = ANY($1) GROUP BY document_key`, keys)
+	if err != nil {
+		return nil, classify(fmt.Errorf("count chunks: %w", err))
+	}
+	out := make(map[string]int, len(keys))
+	var (
+		key string
+		n   int
+	)
+	_, err = pgx.ForEachRow(rows, []any{&key, &n}, func() error {
+		out[key] = n
+		return nil
+	})
+	if err != nil {
+		return nil, classify(fmt.Errorf("count chunks: %w", err))
+	}
+	return out, nil
+}
+
+// EncodeVector stores a vector as little-endian float32 values, the layout
+// of the chunks.vector column.
+func EncodeVector(v []float32) []byte {
+	out := make([]byte, 4*len(v))
+	for i, f := range v {
+		binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(f))
+	}
+	return out
+}
+
+// DecodeVector reads the chunks.vector column.
+func DecodeVector(b []byte) ([]float32, error) {
+	if len(b)%4 != 0 {
+		return nil, fmt.Errorf("vector of %d bytes is not a whole number of float32 values", len(b))
+	}
+	out := make([]float32, len(b)/4)
+	for i := range out {
+		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
+	}
+	return out, nil
+}
+
+// classify wraps a PostgreSQL error as a project.StoreError whose kind says
+// whether retrying can help.
+func classify(err error) error {
+	if err == nil {
+		return nil
+	}
+	kind := project.Transient
+	var pgErr *pgconn.PgError
+	switch {
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+	case errors.As(err, &pgErr):
+		kind = kindOfCode(pgErr.Code)
+	case pgconn.SafeToRetry(err):
+	}
+	return &project.StoreError{Store: project.StoreRelational, Kind: kind, Err: err}
+}
+
+// kindOfCode maps a SQLSTATE to what the projector should do about it.
+func kindOfCode(code string) project.ErrorKind {
+	if len(code) < 2 {
+		return project.Transient
+	}
+	switch code[:2] {
+	case "22", "23", "54": // data exception, integrity violation, program limit
+		return project.Rejected
+	case "28", "42", "3D", "3F": // authorization, syntax or access, missing database or schema
+		return project.Fatal
+	}
+	return project.Transient // 08 connection, 40 serialization and deadlock, 53 resources, 57 shutdown
+}
+
+// ChunkIDs returns the chunk ids held per document.
+func (s *Store) ChunkIDs(ctx context.Context, keys []string) (map[string][]uuid.UUID, error) {
+	rows, err := s.pool.Query(ctx, `SELECT document_key, chunk_id FROM chunks WHERE document_key = ANY($1)`, keys)
+	if err != nil {
+		return nil, classify(fmt.Errorf("list chunk ids: %w", err))
+	}
+	out := make(map[string][]uuid.UUID, len(keys))
+	var (
+		key string
+		id  uuid.UUID
+	)
+	_, err = pgx.ForEachRow(rows, []any{&key, &id}, func() error {
+		out[key] = append(out[key], id)
+		return nil
+	})
+	if err != nil {
+		return nil, classify(fmt.Errorf("list chunk ids: %w", err))
+	}
+	return out, nil
+}

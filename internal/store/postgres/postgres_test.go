@@ -1,0 +1,136 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/projector/projector/internal/project"
+	"github.com/projector/projector/internal/store/storetest"
+	"github.com/projector/projector/internal/testenv"
+)
+
+// openTest opens a store in a fresh schema that is dropped after the test.
+func openTest(t *testing.T) *Store {
+	t.Helper()
+	dsn := testenv.PostgresDSN(t)
+	ctx := context.Background()
+	schema := fmt.Sprintf("test_%d", time.Now().UnixNano())
+	s, err := Open(ctx, dsn, schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Ping(ctx); err != nil {
+		testenv.Missing(t, "PostgreSQL", err.Error())
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	t.Cleanup(func() {
+		_, _ = s.pool.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+		s.Close()
+	})
+	return s
+}
+
+type relationalUnderTest struct{ *Store }
+
+func (r relationalUnderTest) Apply(ctx context.Context, w *project.Write) error {
+	return r.Store.Apply(ctx, w, nil)
+}
+
+func TestConformance(t *testing.T) {
+	s := openTest(t)
+	storetest.Run(t, relationalUnderTest{s}, "pg-")
+}
+
+func TestMigrateIsIdempotent(t *testing.T) {
+	s := openTest(t)
+	for i := 0; i < 2; i++ {
+		if err := s.Migrate(context.Background()); err != nil {
+			t.Fatalf("Migrate again (%d): %v", i, err)
+		}
+	}
+	var n int
+	if err := s.pool.QueryRow(context.Background(), `SELECT count(*) FROM schema_migrations`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != len(migrations) {
+		t.Errorf("schema_migrations rows = %d, want %d", n, len(migrations))
+	}
+}
+
+func TestStatesAndLedger(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	doc := storetest.Doc("d", 3, "x", "y")
+	ledger := []project.LedgerEntry{{
+		IdempotencyKey: "document:d:v3:upsert", DocumentKey: "d", Version: 3, Op: "upsert",
+		ContentHash: doc.ContentHash, ChunkCount: 2, Topic: "documents", Partition: 1, Offset: 42, Writer: "w1",
+	}}
+	if err := s.Apply(ctx, &project.Write{Live: []project.Document{doc}, Withdrawn: []project.Withdrawal{{Key: "gone", Version: 7}}}, ledger); err != nil {
+		t.Fatal(err)
+	}
+	states, err := s.States(ctx, []string{"d", "gone", "unknown"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]project.State{
+		"d":    {Version: 3, ContentHash: doc.ContentHash},
+		"gone": {Version: 7, Withdrawn: true},
+	}
+	if len(states) != len(want) || states["d"] != want["d"] || states["gone"] != want["gone"] {
+		t.Errorf("States = %v, want %v", states, want)
+	}
+	// A redelivery must not rewrite the ledger row nor the document row.
+	var before, after time.Time
+	_ = s.pool.QueryRow(ctx, `SELECT updated_at FROM documents WHERE document_key = 'd'`).Scan(&before)
+	ledger[0].Offset, ledger[0].Writer = 99, "w2"
+	if err := s.Apply(ctx, &project.Write{Live: []project.Document{doc}}, ledger); err != nil {
+		t.Fatal(err)
+	}
+	_ = s.pool.QueryRow(ctx, `SELECT updated_at FROM documents WHERE document_key = 'd'`).Scan(&after)
+	if !after.Equal(before) {
+		t.Errorf("updated_at moved from %v to %v on a redelivery, want unchanged", before, after)
+	}
+	var offset int64
+	var writer string
+	if err := s.pool.QueryRow(ctx, `SELECT source_offset, writer FROM ledger WHERE idempotency_key = 'document:d:v3:upsert'`).Scan(&offset, &writer); err != nil {
+		t.Fatal(err)
+	}
+	if offset != 42 || writer != "w1" {
+		t.Errorf("ledger row = offset %d writer %s, want the first projection's (42, w1)", offset, writer)
+	}
+}
+
+func TestVectorRoundTrip(t *testing.T) {
+	v := []float32{0, -1.5, 3.25e-7, 1e30}
+	got, err := DecodeVector(EncodeVector(v))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range v {
+		if got[i] != v[i] {
+			t.Fatalf("DecodeVector(EncodeVector(%v)) = %v", v, got)
+		}
+	}
+	if _, err := DecodeVector([]byte{1, 2, 3}); err == nil {
+		t.Error("DecodeVector of 3 bytes succeeded, want an error")
+	}
+}
+
+func TestKindOfCode(t *testing.T) {
+	tests := map[string]project.ErrorKind{
+		"40001": project.Transient, "40P01": project.Transient, "08006": project.Transient, "57P01": project.Transient,
+		"22001": project.Rejected, "23505": project.Rejected, "54000": project.Rejected,
+		"28P01": project.Fatal, "42501": project.Fatal, "42P01": project.Fatal, "3D000": project.Fatal,
+	}
+	for code, want := range tests {
+		if got := kindOfCode(code); got != want {
+			t.Errorf("kindOfCode(%s) = %s, want %s", code, got, want)
+		}
+	}
+}

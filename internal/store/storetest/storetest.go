@@ -1,0 +1,131 @@
+// Package storetest is the conformance test every store adapter passes: the
+// same writes must leave the same chunks in the index, the graph and the
+// relational store. Adapters run it against their real server (or, for
+// Qdrant, the test double).
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/projector/projector/internal/embed"
+	"github.com/projector/projector/internal/keys"
+	"github.com/projector/projector/internal/project"
+)
+
+// Store is an adapter under test.
+type Store interface {
+	Apply(ctx context.Context, w *project.Write) error
+	ChunkCounts(ctx context.Context, keys []string) (map[string]int, error)
+	ChunkIDs(ctx context.Context, keys []string) (map[string][]uuid.UUID, error)
+}
+
+// Dim is the vector dimension the conformance documents use.
+const Dim = 8
+
+// Doc builds a live document whose chunks have ids, vectors and metadata as
+// the projector would give them.
+func Doc(key string, version int64, texts ...string) project.Document {
+	emb := embed.NewHashing(Dim)
+	vecs, _ := emb.Embed(context.Background(), texts)
+	d := project.Document{
+		Key: key, Version: version, Title: "title of " + key, Source: "test",
+		Metadata:    map[string]any{"lang": "en", "pages": int64(len(texts)), "draft": false, "score": 0.5},
+		ContentHash: fmt.Sprintf("hash-%s-%d-%d", key, version, len(texts)),
+	}
+	for i, t := range texts {
+		d.Chunks = append(d.Chunks, project.Chunk{
+			ID: keys.ChunkID(key, version, i), DocumentKey: key, Version: version, Ordinal: i,
+			Text: t, Vector: vecs[i], Metadata: map[string]any{"position": int64(i)},
+		})
+	}
+	return d
+}
+
+// Run runs the conformance cases; prefix makes the document keys unique to
+// this run, so stores shared between tests are not disturbed.
+func Run(t *testing.T, s Store, prefix string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	k := func(name string) string { return prefix + name }
+	a, b, hostile := k("a"), k("b"), k(`q'"\}) DETACH DELETE n // '; DROP TABLE chunks; --`)
+	all := []string{a, b, hostile}
+
+	steps := []struct {
+		name  string
+		write project.Write
+		want  map[string][]uuid.UUID
+	}{
+		{
+			name:  "first versions",
+			write: project.Write{Live: []project.Document{Doc(a, 1, "one", "two", "three"), Doc(b, 1, "alpha", "beta")}},
+			want:  map[string][]uuid.UUID{a: keys.ChunkIDs(a, 1, 3), b: keys.ChunkIDs(b, 1, 2)},
+		},
+		{
+			name:  "redelivery changes nothing",
+			write: project.Write{Live: []project.Document{Doc(a, 1, "one", "two", "three")}},
+			want:  map[string][]uuid.UUID{a: keys.ChunkIDs(a, 1, 3), b: keys.ChunkIDs(b, 1, 2)},
+		},
+		{
+			name:  "a new version replaces the old chunks",
+			write: project.Write{Live: []project.Document{Doc(a, 2, "uno", "dos")}},
+			want:  map[string][]uuid.UUID{a: keys.ChunkIDs(a, 2, 2), b: keys.ChunkIDs(b, 1, 2)},
+		},
+		{
+			name:  "shrinking a version removes the extra ordinals",
+			write: project.Write{Live: []project.Document{Doc(a, 2, "uno")}},
+			want:  map[string][]uuid.UUID{a: keys.ChunkIDs(a, 2, 1), b: keys.ChunkIDs(b, 1, 2)},
+		},
+		{
+			name:  "withdrawal removes every chunk",
+			write: project.Write{Withdrawn: []project.Withdrawal{{Key: b, Version: 1}}},
+			want:  map[string][]uuid.UUID{a: keys.ChunkIDs(a, 2, 1)},
+		},
+		{
+			name:  "hostile text is data, never code",
+			write: project.Write{Live: []project.Document{Doc(hostile, 1, `'); MATCH (n) DETACH DELETE n; //`, "\\x00\\' OR 1=1 --", "ünïcødé 🚀")}},
+			want:  map[string][]uuid.UUID{a: keys.ChunkIDs(a, 2, 1), hostile: keys.ChunkIDs(hostile, 1, 3)},
+		},
+		{
+			name:  "a document with no chunks",
+			write: project.Write{Live: []project.Document{Doc(b, 2)}},
+			want:  map[string][]uuid.UUID{a: keys.ChunkIDs(a, 2, 1), hostile: keys.ChunkIDs(hostile, 1, 3)},
+		},
+	}
+	for _, st := range steps {
+		if err := s.Apply(ctx, &st.write); err != nil {
+			t.Fatalf("%s: Apply: %v", st.name, err)
+		}
+		ids, err := s.ChunkIDs(ctx, all)
+		if err != nil {
+			t.Fatalf("%s: ChunkIDs: %v", st.name, err)
+		}
+		counts, err := s.ChunkCounts(ctx, all)
+		if err != nil {
+			t.Fatalf("%s: ChunkCounts: %v", st.name, err)
+		}
+		for _, key := range all {
+			got, want := sorted(ids[key]), sorted(st.want[key])
+			if !slices.Equal(got, want) {
+				t.Errorf("%s: ids of %q = %v, want %v", st.name, key, got, want)
+			}
+			if counts[key] != len(want) {
+				t.Errorf("%s: count of %q = %d, want %d", st.name, key, counts[key], len(want))
+			}
+		}
+	}
+}
+
+func sorted(ids []uuid.UUID) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = id.String()
+	}
+	slices.Sort(out)
+	return out
+}
