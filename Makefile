@@ -1,0 +1,56 @@
+# The two commands of the README:
+#   make run    starts the stores natively (scripts/services.sh) and runs projector
+#   make test   starts the stores natively and runs every test against them
+# With Docker, `make up` runs everything from docker-compose.yml instead.
+
+GO          ?= go
+GOTEST_FLAGS ?= -count=1 -timeout 45m
+# Integration tests share one Neo4j database and one broker; packages run one
+# at a time so their clean-ups cannot race.
+GOTEST_P    ?= 1
+
+.PHONY: all build test unit services services-down run up down lint fuzz bench
+
+all: build
+
+build:
+	$(GO) build -o bin/projector ./cmd/projector
+
+# The README's test command. It installs and starts what is missing, then
+# runs every package against the real services.
+test: services
+	eval "$$(scripts/services.sh env)" && $(GO) test -p $(GOTEST_P) $(GOTEST_FLAGS) ./...
+
+# Unit tests only: integration tests skip (outside CI) when services are absent.
+unit:
+	$(GO) test -short ./...
+
+services:
+	scripts/services.sh up
+
+services-down:
+	scripts/services.sh down
+
+# Runs projector against the native services, for machines without Docker.
+run: services build
+	eval "$$(scripts/services.sh env)" && bin/projector run --log-format console
+
+up:
+	docker compose up --build -d
+
+down:
+	docker compose down
+
+lint:
+	@unformatted="$$(gofmt -l .)"; if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
+	$(GO) vet ./...
+
+# Longer fuzzing than the seed corpora CI runs: FUZZTIME=10m make fuzz
+FUZZTIME ?= 1m
+fuzz:
+	$(GO) test -run=^$$ -fuzz=FuzzDecode -fuzztime=$(FUZZTIME) ./internal/event/
+	$(GO) test -run=^$$ -fuzz=FuzzSplit -fuzztime=$(FUZZTIME) ./internal/event/
+	$(GO) test -run=^$$ -fuzz=FuzzChunkID -fuzztime=$(FUZZTIME) ./internal/keys/
+
+bench:
+	$(GO) test -run=^$$ -bench=. -benchmem ./internal/...
