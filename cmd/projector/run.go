@@ -22,10 +22,12 @@ import (
 	"github.com/projector/projector/internal/dlq"
 	"github.com/projector/projector/internal/embed"
 	"github.com/projector/projector/internal/event"
+	"github.com/projector/projector/internal/fault"
 	"github.com/projector/projector/internal/fence"
 	"github.com/projector/projector/internal/health"
 	"github.com/projector/projector/internal/httpserver"
 	"github.com/projector/projector/internal/project"
+	"github.com/projector/projector/internal/trace"
 )
 
 // runFlags are the flags of `projector run`.
@@ -52,7 +54,10 @@ type runFlags struct {
 	maxBatchChunks  int
 	fetchMaxBytes   int
 	shutdownTimeout time.Duration
+	sessionTimeout  time.Duration
+	groupInstanceID string
 	retryMax        time.Duration
+	traceTopic      string
 }
 
 func (f *runFlags) register(fs *flag.FlagSet) {
@@ -77,7 +82,10 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.maxBatchChunks, "max-batch-chunks", 4096, "chunks per store write; a larger batch is written and fenced in parts")
 	fs.IntVar(&f.fetchMaxBytes, "fetch-max-bytes", 16<<20, "bytes the Kafka client buffers per fetch; with --max-poll-records it bounds memory")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 25*time.Second, "time in-flight batches get to finish on SIGTERM before they are abandoned uncommitted")
+	fs.DurationVar(&f.sessionTimeout, "session-timeout", 45*time.Second, "how long the group waits for a silent member before moving its partitions (the broker bounds it, 6s..30m by default)")
+	fs.StringVar(&f.groupInstanceID, "group-instance-id", "", "static group membership id (KIP-345): a restarted process with the same id gets its partitions back at once; one distinct id per process (e.g. the pod name of a StatefulSet)")
 	fs.DurationVar(&f.retryMax, "retry-max", 30*time.Second, "longest wait between retries of a failing store")
+	fs.StringVar(&f.traceTopic, "trace-topic", "", "when set, write a record per event and stage (received, projected, failed) to this topic, keyed by the idempotency key")
 }
 
 func runCommand(ctx context.Context, args []string, e env) error {
@@ -92,10 +100,10 @@ func runCommand(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	defer func() { _ = log.Sync() }()
-	return runService(ctx, &f, log)
+	return runService(ctx, &f, log, e.getenv)
 }
 
-func runService(ctx context.Context, f *runFlags, log *zap.Logger) error {
+func runService(ctx context.Context, f *runFlags, log *zap.Logger, getenv func(string) string) error {
 	fenceMode, err := fence.ParseMode(f.fence)
 	if err != nil {
 		return err
@@ -114,9 +122,15 @@ func runService(ctx context.Context, f *runFlags, log *zap.Logger) error {
 	}
 	log = log.With(zap.String("instance", f.instanceID))
 
+	faults, err := fault.FromEnv(getenv)
+	if err != nil {
+		return err
+	}
+
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	status := health.New()
+	status.Register(reg)
 
 	st, err := f.stores.open(ctx)
 	if err != nil {
@@ -141,6 +155,10 @@ func runService(ctx context.Context, f *runFlags, log *zap.Logger) error {
 	if err := ensureTopics(ctx, producer, log, f.topic, f.dlqTopic); err != nil {
 		return err
 	}
+	var tracer project.Tracer
+	if f.traceTopic != "" {
+		tracer = trace.New(producer, f.traceTopic, f.instanceID, log.With(zap.String("component", "trace")), reg)
+	}
 
 	dec := event.NewDecoder(event.Limits{MaxRecordBytes: f.maxRecordBytes, MaxChunks: f.maxChunks, VectorDim: f.stores.vectorDim},
 		event.Splitter{MaxBytes: f.chunkBytes})
@@ -150,29 +168,34 @@ func runService(ctx context.Context, f *runFlags, log *zap.Logger) error {
 	}, log.With(zap.String("component", "project")), reg, project.Deps{
 		Decoder:     dec,
 		Embedder:    embed.NewHashing(f.stores.vectorDim),
-		Index:       st.index,
+		Index:       faults.WrapIndex(st.index),
 		Graph:       st.graph,
 		Relational:  st.relational,
 		Fences:      fence.New(fenceMode, reg, st.index, st.graph, st.relational),
 		DeadLetters: dlq.New(producer, f.dlqTopic),
 		Health:      status,
+		Tracer:      tracer,
+		Faults:      faults,
 	})
 	cons, err := consume.New(consume.Config{
 		Topic: f.topic, Group: f.group, MaxPollRecords: f.maxPollRecords, BatchRecords: f.batchRecords,
 		FetchMaxBytes: int32(f.fetchMaxBytes), ShutdownTimeout: f.shutdownTimeout,
+		SessionTimeout: f.sessionTimeout, InstanceID: f.groupInstanceID,
 	}, log.With(zap.String("component", "consume")), reg, status, proj, append(base, kgo.ClientID("projector"),
 		kgo.WithHooks(kprom.NewMetrics("projector_kafka", kprom.Registerer(reg))))...)
 	if err != nil {
 		return err
 	}
-	srv := httpserver.New(httpserver.Config{Addr: f.httpAddr, Pprof: f.pprof}, log.With(zap.String("component", "http")), reg, status,
-		st.index, st.graph, st.relational)
+	srv := httpserver.New(httpserver.Config{Addr: f.httpAddr, Pprof: f.pprof}, log.With(zap.String("component", "http")), reg, status)
 
 	log.Info("projector starting", zap.String("topic", f.topic), zap.String("group", f.group), zap.String("dlq_topic", f.dlqTopic),
 		zap.String("fence", string(fenceMode)), zap.String("on_conflict", string(onConflict)), zap.String("on_fence_mismatch", string(onMismatch)))
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return srv.Run(gctx) })
 	g.Go(func() error { return cons.Run(gctx) })
+	g.Go(func() error {
+		return status.Watch(gctx, log.With(zap.String("component", "health")), 5*time.Second, st.index, st.graph, st.relational)
+	})
 	err = g.Wait()
 	log.Info("projector stopped")
 	return err

@@ -48,6 +48,13 @@ type Config struct {
 	// ShutdownTimeout is how long in-flight batches may take to finish once
 	// the service is asked to stop; then they are abandoned uncommitted.
 	ShutdownTimeout time.Duration
+	// SessionTimeout is how long the group waits for a member that stopped
+	// heartbeating before it gives the member's partitions to others.
+	SessionTimeout time.Duration
+	// InstanceID, when set, makes the member static (KIP-345): a process
+	// restarted with the same id gets its partitions back at once instead of
+	// after SessionTimeout, and a clean shutdown does not rebalance the group.
+	InstanceID string
 }
 
 // Consumer is a group member of the document topic.
@@ -115,6 +122,12 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer, h *health.Statu
 		// every document, not only those published after it started.
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),
 	)
+	if cfg.SessionTimeout > 0 {
+		opts = append(opts, kgo.SessionTimeout(cfg.SessionTimeout))
+	}
+	if cfg.InstanceID != "" {
+		opts = append(opts, kgo.InstanceID(cfg.InstanceID))
+	}
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		c.cancelWork()

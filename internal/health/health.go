@@ -6,8 +6,13 @@
 package health
 
 import (
+	"context"
 	"sort"
 	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"go.uber.org/zap"
 )
 
 // Status is the set of open problems, keyed by component. It is safe for
@@ -50,4 +55,56 @@ func (s *Status) Problems() []string {
 	}
 	sort.Strings(out)
 	return out
+}
+
+// Pinger is a dependency whose health is checked by asking it.
+type Pinger interface {
+	Name() string
+	Ping(ctx context.Context) error
+}
+
+// Watch pings every pinger each interval until ctx ends, opening a problem
+// named "<name> ping" while it does not answer, so readiness and its log
+// lines follow a store's outage even when no batch is being written. It
+// logs one line when a dependency stops answering and one when it is back.
+func (s *Status) Watch(ctx context.Context, log *zap.Logger, interval time.Duration, pingers ...Pinger) error {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		for _, p := range pingers {
+			pctx, cancel := context.WithTimeout(ctx, interval)
+			err := p.Ping(pctx)
+			cancel()
+			if ctx.Err() != nil {
+				return nil
+			}
+			component := p.Name() + " ping"
+			if err != nil {
+				if s.Fail(component, "does not answer: "+err.Error()) {
+					log.Warn("dependency does not answer", zap.String("dependency", p.Name()), zap.Error(err))
+				}
+			} else if s.Recover(component) {
+				log.Info("dependency answers again", zap.String("dependency", p.Name()))
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// Register exports projector_ready (1 when no problem is open, else 0) on
+// reg, so alerts can use readiness without probing /readyz.
+func (s *Status) Register(reg prometheus.Registerer) {
+	reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "projector_ready",
+		Help: "1 when the service is ready (group joined, every store answers, no partition halted), else 0.",
+	}, func() float64 {
+		if len(s.Problems()) == 0 {
+			return 1
+		}
+		return 0
+	}))
 }

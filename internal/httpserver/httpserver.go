@@ -10,9 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/pprof"
-	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,37 +20,26 @@ import (
 	"github.com/projector/projector/internal/health"
 )
 
-// Pinger is a dependency /readyz asks whether it answers.
-type Pinger interface {
-	Name() string
-	Ping(ctx context.Context) error
-}
-
 // Config configures the server.
 type Config struct {
 	Addr string
 	// Pprof also serves /debug/pprof/; off by default because profiles
 	// reveal internals and cost CPU.
 	Pprof bool
-	// PingTimeout bounds each dependency check of /readyz.
-	PingTimeout time.Duration
 }
 
 // Server is the HTTP server.
 type Server struct {
-	cfg     Config
-	log     *zap.Logger
-	srv     *http.Server
-	health  *health.Status
-	pingers []Pinger
+	cfg    Config
+	log    *zap.Logger
+	srv    *http.Server
+	health *health.Status
 }
 
-// New builds the server; Run starts it.
-func New(cfg Config, log *zap.Logger, gatherer prometheus.Gatherer, h *health.Status, pingers ...Pinger) *Server {
-	if cfg.PingTimeout <= 0 {
-		cfg.PingTimeout = 2 * time.Second
-	}
-	s := &Server{cfg: cfg, log: log, health: h, pingers: pingers}
+// New builds the server; Run starts it. /readyz reports the problems open
+// on h; health.Status.Watch keeps the stores' part of them current.
+func New(cfg Config, log *zap.Logger, gatherer prometheus.Gatherer, h *health.Status) *Server {
+	s := &Server{cfg: cfg, log: log, health: h}
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
@@ -103,27 +90,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	return err
 }
 
-// readyz answers 200 when no component reports a problem and every
-// dependency answers its ping; otherwise 503 with one reason a line.
-func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+// readyz answers 200 when no component reports a problem, otherwise 503
+// with one reason a line.
+func (s *Server) readyz(w http.ResponseWriter, _ *http.Request) {
 	problems := s.health.Problems()
-	ctx, cancel := context.WithTimeout(r.Context(), s.cfg.PingTimeout)
-	defer cancel()
-	var mu sync.Mutex
-	var wg sync.WaitGroup
-	for _, p := range s.pingers {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			if err := p.Ping(ctx); err != nil {
-				mu.Lock()
-				problems = append(problems, p.Name()+": does not answer: "+err.Error())
-				mu.Unlock()
-			}
-		}()
-	}
-	wg.Wait()
-	sort.Strings(problems)
 	if len(problems) > 0 {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		fmt.Fprintln(w, "not ready:")

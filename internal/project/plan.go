@@ -61,6 +61,8 @@ type item struct {
 	outcome Outcome
 	// storedHash is the content hash a conflicting record collided with.
 	storedHash string
+	// reason says why a record that is not bad input was dead-lettered.
+	reason event.Reason
 }
 
 // docState is a document's state while a batch is folded over it.
@@ -127,6 +129,7 @@ func fold(states map[string]State, items []item, policy ConflictPolicy, writer s
 			it.outcome = OutcomeConflict
 			it.storedHash = st.ContentHash
 			if policy != ConflictOverwrite {
+				it.reason = ReasonVersionConflict
 				p.letters = append(p.letters, DeadLetter{
 					Record: it.rec,
 					Reason: ReasonVersionConflict,

@@ -93,6 +93,45 @@ type Deps struct {
 	Fences      Fencer
 	DeadLetters DeadLetters
 	Health      *health.Status
+	// Tracer, when set, receives every record at each stage.
+	Tracer Tracer
+	// Faults, when set, is told each point between two store writes; the
+	// crash tests use it to stop the process exactly there.
+	Faults Faults
+}
+
+// Stage is a step of an event's path, written to the trace topic.
+type Stage string
+
+// The stages an event is traced at.
+const (
+	StageReceived  Stage = "received"
+	StageProjected Stage = "projected"
+	StageFailed    Stage = "failed"
+)
+
+// TraceEvent describes one record at a stage.
+type TraceEvent struct {
+	IdempotencyKey string
+	DocumentKey    string
+	Version        int64
+	Outcome        string
+	Reason         string
+	Topic          string
+	Partition      int32
+	Offset         int64
+	CorrelationID  string
+}
+
+// Tracer records the path of events (the optional --trace-topic). It must
+// not block: tracing never slows the projection down.
+type Tracer interface {
+	Trace(ctx context.Context, stage Stage, events []TraceEvent)
+}
+
+// Faults injects failures between the steps of a write (tests only).
+type Faults interface {
+	At(ctx context.Context, point string)
 }
 
 // Projector handles batches of one partition's records. Handle may be
@@ -138,6 +177,7 @@ func (p *Projector) Handle(ctx context.Context, recs []*kgo.Record) error {
 		}
 		items[i].ev = ev
 	}
+	p.trace(ctx, StageReceived, items)
 	for _, part := range splitByChunks(items, p.cfg.MaxBatchChunks) {
 		if err := p.handle(ctx, part); err != nil {
 			return err
@@ -209,7 +249,7 @@ func (p *Projector) handle(ctx context.Context, items []item) error {
 	if err := p.sendLetters(ctx, pl.letters); err != nil {
 		return err
 	}
-	p.record(items)
+	p.record(ctx, items)
 	return nil
 }
 
@@ -226,13 +266,13 @@ func (p *Projector) isolate(ctx context.Context, items []item, cause error) erro
 		return nil
 	}
 	it := &items[0]
-	it.outcome = OutcomeDLQ
+	it.outcome, it.reason = OutcomeDLQ, ReasonStoreRejected
 	p.log.Error("a store rejected a record; sending it to the dead-letter topic (the index and graph may hold parts of it until reconcile --repair)",
 		append(recordFields(it), zap.Error(cause))...)
 	if err := p.sendLetters(ctx, []DeadLetter{{Record: it.rec, Reason: ReasonStoreRejected, Detail: cause.Error()}}); err != nil {
 		return err
 	}
-	p.record(items)
+	p.record(ctx, items)
 	return nil
 }
 
@@ -303,6 +343,7 @@ func (p *Projector) apply(ctx context.Context, w *Write, ledger []LedgerEntry) e
 		{StoreGraph, func(ctx context.Context) error { return p.d.Graph.Apply(ctx, w) }},
 		{StoreRelational, func(ctx context.Context) error { return p.d.Relational.Apply(ctx, w, ledger) }},
 	}
+	p.fault(ctx, "before-index")
 	for _, s := range steps {
 		err := p.retry(ctx, s.store, func(ctx context.Context) error {
 			start := time.Now()
@@ -315,8 +356,15 @@ func (p *Projector) apply(ctx context.Context, w *Write, ledger []LedgerEntry) e
 		if err != nil {
 			return err
 		}
+		p.fault(ctx, "after-"+s.store)
 	}
 	return nil
+}
+
+func (p *Projector) fault(ctx context.Context, point string) {
+	if p.d.Faults != nil {
+		p.d.Faults.At(ctx, point)
+	}
 }
 
 // fence checks w against the stores, re-projects the documents that do not
@@ -352,8 +400,8 @@ func (p *Projector) fence(ctx context.Context, w *Write, items []item) ([]DeadLe
 			var letters []DeadLetter
 			for i := range items {
 				it := &items[i]
-				if it.bad == nil && bad[it.ev.Key] && it.outcome != OutcomeStale && it.outcome != OutcomeDLQ {
-					it.outcome = OutcomeDLQ
+				if it.bad == nil && it.reason == "" && bad[it.ev.Key] && it.outcome != OutcomeStale {
+					it.outcome, it.reason = OutcomeDLQ, ReasonFenceMismatch
 					letters = append(letters, DeadLetter{Record: it.rec, Reason: ReasonFenceMismatch,
 						Detail: "after " + fmt.Sprint(attempt) + " re-projections: " + mismatchesOf(mismatches, it.ev.Key)})
 				}
@@ -413,8 +461,40 @@ func (p *Projector) sendLetters(ctx context.Context, letters []DeadLetter) error
 	return nil
 }
 
-// record counts and logs the outcome of every record of a handled batch.
-func (p *Projector) record(items []item) {
+// trace sends items to the tracer, if there is one.
+func (p *Projector) trace(ctx context.Context, stage Stage, items []item) {
+	if p.d.Tracer == nil {
+		return
+	}
+	events := make([]TraceEvent, len(items))
+	for i := range items {
+		it := &items[i]
+		e := TraceEvent{Outcome: string(it.outcome), Topic: it.rec.Topic, Partition: it.rec.Partition, Offset: it.rec.Offset}
+		e.Reason = string(it.reason)
+		if it.bad != nil {
+			e.Reason = string(it.bad.Reason)
+		} else {
+			e.IdempotencyKey = keys.IdempotencyKey(it.ev.Key, it.ev.Version, it.ev.Op)
+			e.DocumentKey, e.Version, e.CorrelationID = it.ev.Key, it.ev.Version, it.ev.CorrelationID
+		}
+		events[i] = e
+	}
+	p.d.Tracer.Trace(ctx, stage, events)
+}
+
+// record counts, logs and traces the outcome of every record of a handled
+// batch.
+func (p *Projector) record(ctx context.Context, items []item) {
+	var projected, failed []item
+	for i := range items {
+		if items[i].outcome == OutcomeDLQ || items[i].reason != "" {
+			failed = append(failed, items[i])
+		} else {
+			projected = append(projected, items[i])
+		}
+	}
+	p.trace(ctx, StageProjected, projected)
+	p.trace(ctx, StageFailed, failed)
 	for i := range items {
 		it := &items[i]
 		p.m.records.WithLabelValues(string(it.outcome)).Inc()

@@ -1,0 +1,112 @@
+//go:build faults
+
+package fault
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/projector/projector/internal/project"
+)
+
+// Env is the variable that configures faults: a comma-separated list of
+//
+//	<point>=exit:<probability>   exit the process with status 86 at point
+//	<point>=pause:<duration>     sleep at point (to widen a window)
+//	drop-index=<substring>       the index skips documents whose key contains it
+//
+// Points: before-index, after-index, after-graph, after-relational.
+const Env = "PROJECTOR_FAULTS"
+
+// ExitCode is the status of an injected crash, so a test can tell it from
+// a real failure.
+const ExitCode = 86
+
+type action struct {
+	exitProbability float64
+	pause           time.Duration
+}
+
+// FromEnv parses Env; it returns nil when the variable is empty.
+func FromEnv(getenv func(string) string) (*Injector, error) {
+	spec := getenv(Env)
+	if spec == "" {
+		return nil, nil
+	}
+	in := &Injector{points: map[string]action{}, exit: os.Exit}
+	for _, item := range strings.Split(spec, ",") {
+		name, value, ok := strings.Cut(strings.TrimSpace(item), "=")
+		if !ok {
+			return nil, fmt.Errorf("%s: %q: want point=action", Env, item)
+		}
+		if name == "drop-index" {
+			in.dropIndex = value
+			continue
+		}
+		kind, arg, _ := strings.Cut(value, ":")
+		switch kind {
+		case "exit":
+			p, err := strconv.ParseFloat(arg, 64)
+			if err != nil || p < 0 || p > 1 {
+				return nil, fmt.Errorf("%s: %q: want exit:<probability 0..1>", Env, item)
+			}
+			in.points[name] = action{exitProbability: p}
+		case "pause":
+			d, err := time.ParseDuration(arg)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %q: want pause:<duration>", Env, item)
+			}
+			in.points[name] = action{pause: d}
+		default:
+			return nil, fmt.Errorf("%s: %q: unknown action %q", Env, item, kind)
+		}
+	}
+	return in, nil
+}
+
+func (in *Injector) at(ctx context.Context, point string) {
+	a, ok := in.points[point]
+	if !ok {
+		return
+	}
+	if a.exitProbability > 0 && rand.Float64() < a.exitProbability {
+		fmt.Fprintf(os.Stderr, "fault: injected crash at %s\n", point)
+		in.exit(ExitCode)
+	}
+	if a.pause > 0 {
+		select {
+		case <-ctx.Done():
+		case <-time.After(a.pause):
+		}
+	}
+}
+
+// WrapIndex returns idx, or with a drop fault an index that silently skips
+// writes of some documents.
+func (in *Injector) WrapIndex(idx project.Index) project.Index {
+	if in == nil || in.dropIndex == "" {
+		return idx
+	}
+	return &droppingIndex{Index: idx, substring: in.dropIndex}
+}
+
+// droppingIndex skips the documents a drop-index fault names.
+type droppingIndex struct {
+	project.Index
+	substring string
+}
+
+func (d *droppingIndex) Apply(ctx context.Context, w *project.Write) error {
+	kept := &project.Write{Withdrawn: w.Withdrawn}
+	for _, doc := range w.Live {
+		if !strings.Contains(doc.Key, d.substring) {
+			kept.Live = append(kept.Live, doc)
+		}
+	}
+	return d.Index.Apply(ctx, kept)
+}
