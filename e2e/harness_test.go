@@ -79,7 +79,7 @@ func newWorld(t *testing.T, partitions int) *world {
 	dsn := testenv.PostgresDSN(t)
 	neoURI := testenv.Neo4jURI(t)
 	qdAddr := testenv.QdrantAddr(t)
-	id := fmt.Sprintf("%s_%d", strings.ToLower(strings.NewReplacer("/", "_", "-", "_").Replace(t.Name())), time.Now().UnixNano()%1e9)
+	id := fmt.Sprintf("%s_%d", identifier(t.Name()), time.Now().UnixNano()%1e9)
 	w := &world{
 		t: t, name: id, brokers: strings.Join(brokers, ","),
 		topic: "e2e." + id, dlqTopic: "e2e." + id + ".dlq", group: "e2e." + id,
@@ -112,6 +112,21 @@ func newWorld(t *testing.T, partitions int) *world {
 	}
 	t.Cleanup(w.close)
 	return w
+}
+
+// identifier turns a test name into something every store accepts as a
+// name: lower-case letters, digits and _, at most 40 characters.
+func identifier(name string) string {
+	b := []byte(strings.ToLower(name))
+	for i, c := range b {
+		if (c < 'a' || c > 'z') && (c < '0' || c > '9') {
+			b[i] = '_'
+		}
+	}
+	if len(b) > 40 {
+		b = b[:40]
+	}
+	return string(b)
 }
 
 func (w *world) close() {

@@ -80,9 +80,11 @@ func (d doc) chunkTexts() []string {
 
 // model is the contract's section 3 as a plain in-memory state machine.
 type model struct {
-	docs      map[string]*modelDoc
-	conflicts int
-	stale     int
+	docs map[string]*modelDoc
+	// overwrite selects the --on-conflict overwrite policy (default dlq).
+	overwrite bool
+	// outcomes counts records by the outcome the projector must report.
+	outcomes map[string]int
 }
 
 type modelDoc struct {
@@ -93,11 +95,16 @@ type modelDoc struct {
 	chunks    []string
 }
 
-func newModel() *model { return &model{docs: map[string]*modelDoc{}} }
+func newModel() *model { return &model{docs: map[string]*modelDoc{}, outcomes: map[string]int{}} }
 
-// apply follows one event with the default conflict policy (dlq: the
-// stored content stays).
-func (m *model) apply(d doc) {
+// apply follows one event and returns its outcome.
+func (m *model) apply(d doc) string {
+	out := m.decide(d)
+	m.outcomes[out]++
+	return out
+}
+
+func (m *model) decide(d doc) string {
 	st := m.docs[d.Key]
 	switch {
 	case d.Tombstone:
@@ -106,18 +113,25 @@ func (m *model) apply(d doc) {
 			v = st.version
 		}
 		m.docs[d.Key] = &modelDoc{version: v, withdrawn: true}
+		return "withdrawn"
 	case d.Withdraw:
 		if st != nil && d.Version < st.version {
-			m.stale++
-			return
+			return "stale"
 		}
 		m.docs[d.Key] = &modelDoc{version: d.Version, withdrawn: true}
+		return "withdrawn"
 	case st != nil && st.withdrawn && d.Version <= st.version, st != nil && d.Version < st.version:
-		m.stale++
+		return "stale"
 	case st != nil && d.Version == st.version && d.content() != st.content:
-		m.conflicts++
+		if m.overwrite {
+			m.docs[d.Key] = &modelDoc{version: d.Version, content: d.content(), title: d.Title, chunks: d.chunkTexts()}
+		}
+		return "conflict"
+	case st != nil && d.Version == st.version:
+		return "redelivered"
 	default:
 		m.docs[d.Key] = &modelDoc{version: d.Version, content: d.content(), title: d.Title, chunks: d.chunkTexts()}
+		return "projected"
 	}
 }
 
