@@ -1,0 +1,296 @@
+package project
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap"
+
+	"github.com/projector/projector/internal/event"
+	"github.com/projector/projector/internal/fence"
+	"github.com/projector/projector/internal/health"
+)
+
+// memStore is an in-memory store with failures on demand; it plays the
+// index, the graph and the relational store in these unit tests.
+type memStore struct {
+	name string
+	mu   sync.Mutex
+	// chunks maps document key -> chunk ids held.
+	chunks map[string][]uuid.UUID
+	states map[string]State
+	ledger map[string]LedgerEntry
+	// fail returns the error for the next Apply, if any.
+	fail func(w *Write) error
+	// drop makes Apply silently skip documents whose key contains it.
+	drop   string
+	writes int
+}
+
+func newMemStore(name string) *memStore {
+	return &memStore{name: name, chunks: map[string][]uuid.UUID{}, states: map[string]State{}, ledger: map[string]LedgerEntry{}}
+}
+
+func (m *memStore) Name() string { return m.name }
+
+func (m *memStore) apply(w *Write, ledger []LedgerEntry) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.fail != nil {
+		if err := m.fail(w); err != nil {
+			return err
+		}
+	}
+	m.writes++
+	for _, d := range w.Live {
+		if m.drop != "" && strings.Contains(d.Key, m.drop) {
+			continue
+		}
+		var ids []uuid.UUID
+		for _, c := range d.Chunks {
+			ids = append(ids, c.ID)
+		}
+		m.chunks[d.Key] = ids
+		m.states[d.Key] = State{Version: d.Version, ContentHash: d.ContentHash}
+	}
+	for _, d := range w.Withdrawn {
+		delete(m.chunks, d.Key)
+		m.states[d.Key] = State{Version: d.Version, Withdrawn: true}
+	}
+	for _, l := range ledger {
+		m.ledger[l.IdempotencyKey] = l
+	}
+	return nil
+}
+
+func (m *memStore) States(_ context.Context, keys []string) (map[string]State, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[string]State{}
+	for _, k := range keys {
+		if s, ok := m.states[k]; ok {
+			out[k] = s
+		}
+	}
+	return out, nil
+}
+
+func (m *memStore) ChunkCounts(_ context.Context, keys []string) (map[string]int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[string]int{}
+	for _, k := range keys {
+		out[k] = len(m.chunks[k])
+	}
+	return out, nil
+}
+
+func (m *memStore) ChunkIDs(_ context.Context, keys []string) (map[string][]uuid.UUID, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	out := map[string][]uuid.UUID{}
+	for _, k := range keys {
+		out[k] = append([]uuid.UUID(nil), m.chunks[k]...)
+	}
+	return out, nil
+}
+
+type memIndex struct{ *memStore }
+
+func (m memIndex) Apply(_ context.Context, w *Write) error { return m.apply(w, nil) }
+
+type memRelational struct{ *memStore }
+
+func (m memRelational) Apply(_ context.Context, w *Write, l []LedgerEntry) error { return m.apply(w, l) }
+
+// memLetters records dead letters.
+type memLetters struct {
+	mu      sync.Mutex
+	letters []DeadLetter
+}
+
+func (m *memLetters) Send(_ context.Context, l []DeadLetter) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.letters = append(m.letters, l...)
+	return nil
+}
+
+func (m *memLetters) reasons() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for _, l := range m.letters {
+		out = append(out, string(l.Reason)+":"+string(l.Record.Key))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// constEmbedder gives every text the same unit vector.
+type constEmbedder struct{}
+
+func (constEmbedder) Dim() int { return 4 }
+
+func (constEmbedder) Embed(_ context.Context, texts []string) ([][]float32, error) {
+	out := make([][]float32, len(texts))
+	for i := range out {
+		out[i] = []float32{1, 0, 0, 0}
+	}
+	return out, nil
+}
+
+type fixture struct {
+	p                 *Projector
+	index, graph, rel *memStore
+	letters           *memLetters
+	health            *health.Status
+	reg               *prometheus.Registry
+}
+
+func newFixture(t *testing.T, cfg Config) *fixture {
+	t.Helper()
+	f := &fixture{
+		index: newMemStore(StoreIndex), graph: newMemStore(StoreGraph), rel: newMemStore(StoreRelational),
+		letters: &memLetters{}, health: health.New(), reg: prometheus.NewRegistry(),
+	}
+	cfg.RetryMin, cfg.RetryMax = time.Millisecond, 5*time.Millisecond
+	if cfg.OnConflict == "" {
+		cfg.OnConflict = ConflictDLQ
+	}
+	if cfg.OnFenceMismatch == "" {
+		cfg.OnFenceMismatch = FenceDLQ
+	}
+	f.p = New(cfg, zap.NewNop(), f.reg, Deps{
+		Decoder:     event.NewDecoder(event.Limits{MaxRecordBytes: 1 << 16, MaxChunks: 10, VectorDim: 4}, event.Splitter{MaxBytes: 100}),
+		Embedder:    constEmbedder{},
+		Index:       memIndex{f.index},
+		Graph:       memIndex{f.graph},
+		Relational:  memRelational{f.rel},
+		Fences:      fence.New(fence.IDs, f.reg, f.index, f.graph, f.rel),
+		DeadLetters: f.letters,
+		Health:      f.health,
+	})
+	return f
+}
+
+func rec(offset int64, key, value string) *kgo.Record {
+	return &kgo.Record{Topic: "documents", Partition: 0, Offset: offset, Key: []byte(key), Value: []byte(value)}
+}
+
+func upsert(key string, version int) string {
+	return `{"document_key":"` + key + `","version":` + strconv.Itoa(version) + `,"chunks":[{"text":"a"},{"text":"b"}]}`
+}
+
+func TestTransientFailureIsRetried(t *testing.T) {
+	f := newFixture(t, Config{})
+	failures := 3
+	f.graph.fail = func(*Write) error {
+		if failures > 0 {
+			failures--
+			return &StoreError{Store: StoreGraph, Kind: Transient, Err: errors.New("connection reset")}
+		}
+		return nil
+	}
+	if err := f.p.Handle(context.Background(), []*kgo.Record{rec(0, "a", upsert("a", 1))}); err != nil {
+		t.Fatalf("Handle: %v", err)
+	}
+	if len(f.rel.chunks["a"]) != 2 || len(f.graph.chunks["a"]) != 2 {
+		t.Errorf("chunks: graph %d, relational %d; want 2 and 2", len(f.graph.chunks["a"]), len(f.rel.chunks["a"]))
+	}
+	if f.index.writes != 1 {
+		t.Errorf("index writes = %d, want 1: only the failing store is retried", f.index.writes)
+	}
+	if got := testutil.ToFloat64(f.p.m.storeErrors.WithLabelValues(StoreGraph, "transient")); got != 3 {
+		t.Errorf("graph transient errors = %v, want 3", got)
+	}
+	if p := f.health.Problems(); len(p) != 0 {
+		t.Errorf("problems after recovery = %v, want none", p)
+	}
+}
+
+func TestRejectedRecordIsIsolated(t *testing.T) {
+	f := newFixture(t, Config{})
+	f.rel.fail = func(w *Write) error {
+		for _, d := range w.Live {
+			if d.Key == "poison" {
+				return &StoreError{Store: StoreRelational, Kind: Rejected, Err: errors.New("value too long")}
+			}
+		}
+		return nil
+	}
+	recs := []*kgo.Record{rec(0, "a", upsert("a", 1)), rec(1, "poison", upsert("poison", 1)), rec(2, "b", upsert("b", 1))}
+	if err := f.p.Handle(context.Background(), recs); err != nil {
+		t.Fatalf("Handle: %v", err)
+	}
+	if got, want := f.letters.reasons(), []string{"store_rejected:poison"}; !slices.Equal(got, want) {
+		t.Errorf("dead letters = %v, want %v", got, want)
+	}
+	for _, k := range []string{"a", "b"} {
+		if _, ok := f.rel.ledger["document:"+k+":v1:upsert"]; !ok {
+			t.Errorf("ledger lacks %s, want the good records projected", k)
+		}
+	}
+}
+
+func TestFatalFailureRetriesUntilStopped(t *testing.T) {
+	f := newFixture(t, Config{})
+	f.index.fail = func(*Write) error {
+		return &StoreError{Store: StoreIndex, Kind: Fatal, Err: errors.New("permission denied")}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	err := f.p.Handle(ctx, []*kgo.Record{rec(0, "a", upsert("a", 1))})
+	if err == nil {
+		t.Fatal("Handle succeeded against a store that always fails, want an error")
+	}
+	if len(f.letters.reasons()) != 0 || len(f.rel.ledger) != 0 {
+		t.Errorf("letters %v, ledger %v; want nothing: a fatal failure loses and commits nothing", f.letters.reasons(), f.rel.ledger)
+	}
+	if p := f.health.Problems(); len(p) != 1 || !strings.HasPrefix(p[0], "index: fatal failure") {
+		t.Errorf("problems = %v, want the index's fatal failure", p)
+	}
+}
+
+func TestFenceMismatchPolicies(t *testing.T) {
+	for _, policy := range []FencePolicy{FenceDLQ, FenceHalt} {
+		t.Run(string(policy), func(t *testing.T) {
+			f := newFixture(t, Config{OnFenceMismatch: policy, FenceRetries: 2})
+			f.index.drop = "lost"
+			recs := []*kgo.Record{rec(0, "fine", upsert("fine", 1)), rec(1, "lost", upsert("lost", 1))}
+			err := f.p.Handle(context.Background(), recs)
+			writes := f.index.writes
+			if writes != 3 {
+				t.Errorf("index writes = %d, want 3 (the batch, then 2 re-projections)", writes)
+			}
+			switch policy {
+			case FenceDLQ:
+				if err != nil {
+					t.Fatalf("Handle: %v", err)
+				}
+				if got, want := f.letters.reasons(), []string{"fence_mismatch:lost"}; !slices.Equal(got, want) {
+					t.Errorf("dead letters = %v, want %v", got, want)
+				}
+			case FenceHalt:
+				var halt *HaltError
+				if !errors.As(err, &halt) || halt.Mismatches[0].Key != "lost" {
+					t.Fatalf("Handle error = %v, want a HaltError about document lost", err)
+				}
+				if len(f.letters.reasons()) != 0 {
+					t.Errorf("dead letters = %v, want none under halt", f.letters.reasons())
+				}
+			}
+		})
+	}
+}
