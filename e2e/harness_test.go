@@ -65,6 +65,8 @@ type world struct {
 	schema     string
 	prefix     string
 	partitions int
+	// qdrantAddr, when set, replaces PROJECTOR_QDRANT_ADDR for the service.
+	qdrantAddr string
 
 	kcl *kgo.Client
 	adm *kadm.Client
@@ -148,11 +150,15 @@ func (w *world) key(name string) string { return w.prefix + name }
 
 // runArgs are the flags of `projector run` for this world.
 func (w *world) runArgs(httpAddr string) []string {
-	return []string{"run",
+	args := []string{"run",
 		"--brokers", w.brokers, "--topic", w.topic, "--group", w.group, "--dlq-topic", w.dlqTopic,
 		"--qdrant-collection", w.collection, "--postgres-schema", w.schema, "--http-addr", httpAddr,
 		"--retry-max", "2s",
 	}
+	if w.qdrantAddr != "" {
+		args = append(args, "--qdrant-addr", w.qdrantAddr)
+	}
+	return args
 }
 
 // proc is a running projector process.
@@ -222,9 +228,19 @@ func tail(s string, lines int) string {
 	return strings.Join(parts, "\n")
 }
 
-// stop sends SIGTERM and requires a clean exit (status 0) within 30 s.
+// stop sends SIGTERM and requires a clean exit (status 0) within 30 s. It
+// first waits until the process serves /healthz: a SIGTERM that arrives
+// before the runtime installed its handler ends any Go process at once.
 func (p *proc) stop() {
 	p.t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if code, _ := p.get("/healthz"); code == http.StatusOK || p.exited() {
+			break
+		}
+		if time.Now().After(deadline) {
+			p.t.Fatalf("projector never served /healthz")
+		}
+	}
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.done:
@@ -342,6 +358,22 @@ func (w *world) produce(recs ...*kgo.Record) {
 	}
 	if err := w.kcl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
 		w.t.Fatalf("produce: %v", err)
+	}
+}
+
+// produceTo writes records to one partition of the world's topic.
+func (w *world) produceTo(partition int32, recs ...*kgo.Record) {
+	w.t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(w.brokers, ",")...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	defer cl.Close()
+	for _, r := range recs {
+		r.Topic, r.Partition = w.topic, partition
+	}
+	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		w.t.Fatalf("produce to partition %d: %v", partition, err)
 	}
 }
 

@@ -247,6 +247,10 @@ func (c *Consumer) stopWorkers(parts map[string][]int32, why string) {
 	c.mu.Unlock()
 	for _, w := range stopping {
 		<-w.done
+		if w.halted.Load() {
+			// Whoever gets the partition next starts fresh.
+			c.cl.ResumeFetchPartitions(map[string][]int32{w.topic: {w.partition}})
+		}
 		c.m.forget(w.topic, w.partition)
 		c.log.Info("partition "+why, zap.String("topic", w.topic), zap.Int32("partition", w.partition))
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
@@ -29,6 +30,9 @@ type worker struct {
 	quit  chan struct{}
 	done  chan struct{}
 	log   *zap.Logger
+	// halted is set when the partition halts; the poll loop then drops the
+	// partition's records instead of waiting on the queue.
+	halted atomic.Bool
 
 	// mu guards pending, next and highWatermark, read by the metrics
 	// scrape and written by the poll loop and the worker.
@@ -59,6 +63,9 @@ func newWorker(c *Consumer, topic string, partition int32) *worker {
 // is a batch behind; that back-pressure stops polling, so memory stays
 // bounded by configuration, not by the backlog.
 func (w *worker) enqueue(ctx context.Context, recs []*kgo.Record, highWatermark int64) {
+	if w.halted.Load() {
+		return // left uncommitted; fetching the partition is paused
+	}
 	p := polled{recs: recs, received: time.Now()}
 	w.mu.Lock()
 	w.pending = append(w.pending, p.received)
@@ -119,14 +126,25 @@ func (w *worker) handle(recs []*kgo.Record) bool {
 
 // halt stops handling the partition until it is revoked or the service
 // stops. Nothing more is committed, the service reports not ready, and the
-// age of the oldest pending record grows, which alerts.
+// age of the oldest pending record grows, which alerts. Fetching the
+// partition is paused so the other partitions go on.
 func (w *worker) halt(err *project.HaltError) {
 	component := "partition " + w.topic + "/" + strconv.Itoa(int(w.partition))
 	w.log.Error("partition halted: nothing more is committed on it until the cause is fixed and the service restarted", zap.Error(err))
 	w.c.health.Fail(component, "halted: "+err.Error())
 	w.c.m.halted.WithLabelValues(w.topic, strconv.Itoa(int(w.partition))).Set(1)
-	<-w.quit
-	w.c.health.Recover(component)
+	w.halted.Store(true)
+	w.c.cl.PauseFetchPartitions(map[string][]int32{w.topic: {w.partition}})
+	for {
+		select {
+		case <-w.quit:
+			w.c.health.Recover(component)
+			return
+		case <-w.queue:
+			// Polled before the pause took effect: dropped uncommitted, so
+			// the poll loop never waits on a halted partition.
+		}
+	}
 }
 
 func (w *worker) commit(last *kgo.Record) {

@@ -1,0 +1,187 @@
+package e2e
+
+import (
+	"context"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/qdrant/go-client/qdrant"
+	"github.com/twmb/franz-go/pkg/kadm"
+
+	"github.com/projector/projector/internal/qdrantdouble"
+)
+
+// servicesScript is scripts/services.sh of the checkout whose services the
+// tests use; E2E_SERVICES_SCRIPT overrides it.
+func servicesScript() string {
+	if s := os.Getenv("E2E_SERVICES_SCRIPT"); s != "" {
+		return s
+	}
+	return "../scripts/services.sh"
+}
+
+// service runs scripts/services.sh <verb> <name>, e.g. to stop PostgreSQL.
+func service(t *testing.T, verb, name string) {
+	t.Helper()
+	out, err := exec.Command(servicesScript(), verb, name).CombinedOutput()
+	if err != nil {
+		t.Fatalf("services.sh %s %s: %v\n%s", verb, name, err, out)
+	}
+}
+
+// ownQdrant points the world at a Qdrant double in this test process, which
+// the test can stop and start again with its data (the double of
+// scripts/services.sh loses its data when stopped).
+type ownQdrant struct {
+	srv     *qdrantdouble.Server
+	running *qdrantdouble.Running
+	addr    string
+}
+
+func (w *world) useOwnQdrant() *ownQdrant {
+	w.t.Helper()
+	q := &ownQdrant{srv: qdrantdouble.New(qdrantdouble.Options{})}
+	var err error
+	q.running, err = q.srv.Start(context.Background(), "127.0.0.1:0")
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	q.addr = q.running.Addr()
+	w.qdrantAddr = q.addr
+	_ = w.qd.Close()
+	w.qd, err = qdrant.NewClient(&qdrant.Config{Host: "127.0.0.1", Port: q.running.Port(), SkipCompatibilityCheck: true})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.t.Cleanup(func() { _ = q.running.Close() })
+	return q
+}
+
+func (q *ownQdrant) stop() { _ = q.running.Close() }
+
+func (q *ownQdrant) start(t *testing.T) {
+	t.Helper()
+	var err error
+	q.running, err = q.srv.Start(context.Background(), q.addr)
+	if err != nil {
+		t.Fatalf("restart the Qdrant double on %s: %v", q.addr, err)
+	}
+}
+
+// TestStoreOutages stops each store for a while under a steady stream: the
+// service must report not ready, commit nothing while the store is down,
+// log the outage once rather than per retry, resume by itself, and end
+// with exactly the state of the model.
+func TestStoreOutages(t *testing.T) {
+	outage := time.Duration(size(t, "E2E_OUTAGE_SECONDS", 20)) * time.Second
+	w := newWorld(t, 3)
+	qd := w.useOwnQdrant()
+	rng := rand.New(rand.NewPCG(7, 11))
+	h := newHistory(w, rng, 200)
+	m := newModel()
+
+	p := w.start(nil, "--batch-records", "25")
+	stopPublishing := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-stopPublishing:
+				return
+			case <-time.After(50 * time.Millisecond):
+			}
+			ev := h.next()
+			m.apply(ev)
+			rec := ev.record()
+			rec.Topic = w.topic
+			if err := w.kcl.ProduceSync(context.Background(), rec).FirstErr(); err != nil {
+				t.Errorf("produce: %v", err)
+				return
+			}
+		}
+	}()
+
+	outages := []struct {
+		store     string
+		component string
+		stop      func()
+		start     func()
+	}{
+		{"postgres", "relational", func() { service(t, "stop", "postgres") }, func() { service(t, "start", "postgres") }},
+		{"neo4j", "graph", func() { service(t, "stop", "neo4j") }, func() { service(t, "start", "neo4j") }},
+		{"qdrant", "index", qd.stop, func() { qd.start(t) }},
+	}
+	for _, o := range outages {
+		time.Sleep(3 * time.Second)
+		o.stop()
+		waitFor(t, 30*time.Second, "readyz to report "+o.component, func() bool {
+			code, body := p.get("/readyz")
+			return code == 503 && strings.Contains(body, o.component)
+		})
+		if got := p.metrics()["projector_ready"]; got != 0 {
+			t.Errorf("%s down: projector_ready = %v, want 0", o.store, got)
+		}
+		time.Sleep(time.Second)
+		before := w.committed()
+		time.Sleep(outage)
+		if after := w.committed(); !sameOffsets(before, after) {
+			t.Errorf("%s down: committed offsets moved from %v to %v, want no commit while a store is down", o.store, before, after)
+		}
+		o.start()
+		waitFor(t, 2*time.Minute, "readyz after "+o.store+" is back", func() bool {
+			code, _ := p.get("/readyz")
+			return code == 200
+		})
+	}
+	close(stopPublishing)
+	wg.Wait()
+	w.waitDrained(p, 3*time.Minute)
+	p.stop()
+	w.checkStores(m)
+
+	// One line when an outage starts, not one per retry: the batch retry
+	// loop and the health watcher each say it once.
+	log := p.log.String()
+	for _, o := range outages {
+		failing := 0
+		for _, line := range scanLines(log) {
+			if strings.Contains(line, `"component":"`+o.component+`"`) && strings.Contains(line, "failing; retrying") {
+				failing++
+			}
+		}
+		if failing != 1 {
+			t.Errorf("%s outage: %d 'failing; retrying' log lines, want exactly 1", o.store, failing)
+		}
+	}
+}
+
+// committed returns the group's committed offset per partition.
+func (w *world) committed() map[int32]int64 {
+	w.t.Helper()
+	offsets, err := w.adm.FetchOffsets(context.Background(), w.group)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	out := map[int32]int64{}
+	offsets.Each(func(o kadm.OffsetResponse) { out[o.Partition] = o.At })
+	return out
+}
+
+func sameOffsets(a, b map[int32]int64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for p, o := range a {
+		if b[p] != o {
+			return false
+		}
+	}
+	return true
+}
