@@ -176,7 +176,9 @@ func (d *Decoder) fromFields(recordKey string, f map[string]json.RawMessage, hea
 }
 
 func (d *Decoder) parseChunks(raw json.RawMessage) ([]Chunk, *Error) {
-	var items []json.RawMessage
+	// One pass decodes the array and every chunk's fields; a null element
+	// decodes to a nil map and is refused below.
+	var items []map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &items); err != nil {
 		return nil, errorf(ReasonWrongType, "chunks must be an array of objects")
 	}
@@ -184,9 +186,8 @@ func (d *Decoder) parseChunks(raw json.RawMessage) ([]Chunk, *Error) {
 		return nil, errorf(ReasonTooManyChunks, "%d chunks, over the limit of %d", len(items), d.limits.MaxChunks)
 	}
 	chunks := make([]Chunk, len(items))
-	for i, item := range items {
-		var f map[string]json.RawMessage
-		if err := json.Unmarshal(item, &f); err != nil || f == nil {
+	for i, f := range items {
+		if f == nil {
 			return nil, errorf(ReasonWrongType, "chunks[%d] must be an object", i)
 		}
 		text, ok, err := stringField(f, "text")

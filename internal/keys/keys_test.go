@@ -114,3 +114,17 @@ func FuzzChunkID(f *testing.F) {
 		}
 	})
 }
+
+func BenchmarkChunkID(b *testing.B) {
+	b.ReportAllocs()
+	for i := 0; b.Loop(); i++ {
+		_ = ChunkID("tenant-7/documents/2024/report-000123.pdf", 42, i%64)
+	}
+}
+
+func BenchmarkIdempotencyKey(b *testing.B) {
+	b.ReportAllocs()
+	for b.Loop() {
+		_ = IdempotencyKey("tenant-7/documents/2024/report-000123.pdf", 42, OpUpsert)
+	}
+}
