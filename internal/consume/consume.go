@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -206,6 +207,7 @@ func (c *Consumer) assigned(_ context.Context, _ *kgo.Client, parts map[string][
 		for _, p := range ps {
 			w := newWorker(c, topic, p)
 			c.workers[partitionKey{topic, p}] = w
+			c.m.halted.WithLabelValues(topic, strconv.Itoa(int(p))).Set(0)
 			go w.run()
 			c.log.Info("partition assigned", zap.String("topic", topic), zap.Int32("partition", p))
 		}

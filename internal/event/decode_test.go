@@ -65,6 +65,18 @@ func TestDecodeBadInput(t *testing.T) {
 		{"long correlation id", []byte("d"), `{"document_key":"d","version":1,"chunks":[],"correlation_id":"` + strings.Repeat("c", 300) + `"}`, ReasonWrongType},
 	}
 	d := testDecoder()
+	covered := map[Reason]bool{}
+	for _, tt := range tests {
+		covered[tt.want] = true
+	}
+	for _, r := range Reasons() {
+		if !covered[r] {
+			t.Errorf("reason %s has no case here", r)
+		}
+	}
+	if len(covered) != len(Reasons()) {
+		t.Errorf("cases cover %d reasons, Reasons() lists %d; a reason is missing from the list", len(covered), len(Reasons()))
+	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := d.Decode(tt.key, []byte(tt.value), "")

@@ -29,6 +29,17 @@ const (
 	ReasonInvalidVector   Reason = "invalid_vector"    // a vector value is not a finite float32
 )
 
+// Reasons lists every reason the decoder gives, so metrics can show each
+// at zero before it first happens.
+func Reasons() []Reason {
+	return []Reason{
+		ReasonInvalidUTF8, ReasonNotJSON, ReasonNotObject, ReasonMissingKey, ReasonMissingField,
+		ReasonWrongType, ReasonInvalidKey, ReasonKeyMismatch, ReasonInvalidVersion, ReasonInvalidOp,
+		ReasonAmbiguousBody, ReasonInvalidMetadata, ReasonNULCharacter, ReasonTooLarge,
+		ReasonTooManyChunks, ReasonVectorDimension, ReasonInvalidVector,
+	}
+}
+
 // Error is bad input: the record can never be projected, however often it is
 // retried, so it goes to the dead-letter topic. Callers tell it apart from
 // store failures with errors.As.

@@ -2,6 +2,8 @@ package project
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/projector/projector/internal/event"
 )
 
 // metrics are the projector's own series; the fence and the consumer
@@ -62,8 +64,16 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, o := range []Outcome{OutcomeProjected, OutcomeRedelivered, OutcomeStale, OutcomeWithdrawn, OutcomeConflict, OutcomeDLQ} {
 		m.records.WithLabelValues(string(o))
 	}
+	// Every series exists from the start at zero, so the first event of
+	// each kind shows in increase() and rate().
 	for _, s := range []string{StoreIndex, StoreGraph, StoreRelational} {
 		m.storeWrite.WithLabelValues(s)
+		for _, k := range []ErrorKind{Transient, Rejected, Fatal} {
+			m.storeErrors.WithLabelValues(s, k.String())
+		}
+	}
+	for _, r := range append(event.Reasons(), ReasonVersionConflict, ReasonFenceMismatch, ReasonStoreRejected) {
+		m.deadLetters.WithLabelValues(string(r))
 	}
 	reg.MustRegister(m.records, m.deadLetters, m.storeWrite, m.storeErrors, m.batchRecords, m.batchSeconds, m.fenceSeconds, m.embedSeconds)
 	return m
