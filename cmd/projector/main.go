@@ -40,7 +40,10 @@ func commands() []command {
 	return []command{
 		{"run", "consume the document topic and project it into the three stores", runCommand},
 		{"publish", "publish documents, one JSON object a line, keyed by document_key", publishCommand},
-		{"ids", "print the chunk ids of a document version", idsCommand},
+		{"ids", "print the chunk ids of a document version (--check: look them up in the stores)", idsCommand},
+		{"replay", "reset the consumer group's offsets (earliest, an offset or a time) to project again", replayCommand},
+		{"reconcile", "compare the three stores with the decision store by chunk ids; --repair fixes", reconcileCommand},
+		{"ledger-prune", "delete ledger rows older than the retention, keeping current versions' rows", ledgerPruneCommand},
 	}
 }
 
@@ -92,7 +95,7 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: projector <command> [flags]")
 	fmt.Fprintln(w, "\ncommands:")
 	for _, c := range commands() {
-		fmt.Fprintf(w, "  %-10s %s\n", c.name, c.summary)
+		fmt.Fprintf(w, "  %-13s %s\n", c.name, c.summary)
 	}
 	fmt.Fprintln(w, "\nEvery flag --some-name can also be set as PROJECTOR_SOME_NAME; `projector <command> -h` lists the flags.")
 }

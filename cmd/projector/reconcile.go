@@ -1,0 +1,300 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"go.uber.org/zap"
+
+	"github.com/projector/projector/internal/reconcile"
+	"github.com/projector/projector/internal/store/postgres"
+)
+
+// reconcileFlags are the flags of `projector reconcile`.
+type reconcileFlags struct {
+	log    logFlags
+	kafka  kafkaFlags
+	stores storeFlags
+
+	group            string
+	keyPrefix        string
+	since            string
+	pageSize         int
+	progressEvery    int
+	jsonOutput       bool
+	maxDiscrepancies int64
+	repair           bool
+	deleteOrphans    bool
+	metricsFile      string
+}
+
+// maxPageSize bounds --page-size: a page is held in memory and sent to the
+// stores as one list of keys.
+const maxPageSize = 10000
+
+func (f *reconcileFlags) register(fs *flag.FlagSet) {
+	f.log.register(fs)
+	f.kafka.register(fs)
+	f.stores.register(fs)
+	fs.StringVar(&f.group, "group", "projector", "consumer group of the projector; --repair and --delete-orphans refuse to write while it has live members")
+	fs.StringVar(&f.keyPrefix, "key-prefix", "", "only documents whose key starts with this prefix")
+	fs.StringVar(&f.since, "since", "", "only documents updated at or after this RFC 3339 time (skips the scans for unknown documents)")
+	fs.IntVar(&f.pageSize, "page-size", 1000, fmt.Sprintf("documents per page, 1 to %d; memory grows with it", maxPageSize))
+	fs.IntVar(&f.progressEvery, "progress-every", 10000, "documents between progress lines on standard error")
+	fs.BoolVar(&f.jsonOutput, "json", false, "print JSON lines (one object per discrepancy, then a summary object) instead of a table")
+	fs.Int64Var(&f.maxDiscrepancies, "max-discrepancies", 0, "exit with status 3 when more discrepancies than this are left unresolved")
+	fs.BoolVar(&f.repair, "repair", false, "re-project missing, skewed and withdrawn-but-present documents from the relational copy, in the write order")
+	fs.BoolVar(&f.deleteOrphans, "delete-orphans", false, "also remove orphans: re-project live documents holding foreign chunks, delete the chunks of unknown documents")
+	fs.StringVar(&f.metricsFile, "metrics-file", "", "write the result as Prometheus text to this file (for node_exporter's textfile collector)")
+}
+
+func reconcileCommand(ctx context.Context, args []string, e env) error {
+	var f reconcileFlags
+	fs := newFlagSet("reconcile", "reconcile [flags]", e)
+	f.register(fs)
+	if err := parse(fs, args, e); err != nil {
+		return usageError(err)
+	}
+	cfg := reconcile.Config{Prefix: f.keyPrefix, PageSize: f.pageSize, Repair: f.repair, DeleteOrphans: f.deleteOrphans, ProgressEvery: f.progressEvery}
+	switch {
+	case fs.NArg() > 0:
+		return usageError(fmt.Errorf("unexpected argument %q", fs.Arg(0)))
+	case f.pageSize < 1 || f.pageSize > maxPageSize:
+		return usageError(fmt.Errorf("--page-size %d: want 1 to %d", f.pageSize, maxPageSize))
+	case f.maxDiscrepancies < 0:
+		return usageError(errors.New("--max-discrepancies must be >= 0"))
+	case len(f.keyPrefix) > 512:
+		return usageError(errors.New("--key-prefix is longer than a document key (512 bytes)"))
+	}
+	if f.since != "" {
+		since, err := time.Parse(time.RFC3339Nano, f.since)
+		if err != nil {
+			return usageError(fmt.Errorf("--since %q: want an RFC 3339 time such as 2024-05-01T12:00:00Z", f.since))
+		}
+		cfg.Since = since
+	}
+	log, err := f.log.logger(e)
+	if err != nil {
+		return usageError(err)
+	}
+	defer func() { _ = log.Sync() }()
+	if f.repair || f.deleteOrphans {
+		if err := f.requireStoppedGroup(ctx, log); err != nil {
+			return err
+		}
+	}
+	st, err := f.stores.open(ctx)
+	if err != nil {
+		return err
+	}
+	defer st.close(context.WithoutCancel(ctx))
+
+	rec := reconcile.New(cfg, log.With(zap.String("component", "reconcile")), reconcile.Deps{
+		Decisions: st.relational,
+		Source:    st.relational,
+		Stores:    []reconcile.Store{st.index, st.graph, st.relational},
+		Writes:    reconcile.WriteOrder{Index: st.index, Graph: st.graph, Relational: st.relational},
+	})
+	out := bufio.NewWriter(e.stdout)
+	var rep report
+	if f.jsonOutput {
+		rep = &jsonReport{w: out}
+	} else {
+		rep = &tableReport{w: out}
+	}
+	sum, runErr := rec.Run(ctx, rep)
+	rep.summary(sum, rec.StoreNames())
+	if err := out.Flush(); err != nil && runErr == nil {
+		runErr = fmt.Errorf("write the report: %w", err)
+	}
+	if runErr != nil {
+		// A partial run says nothing about the stores: no metrics file.
+		return runErr
+	}
+	if f.metricsFile != "" {
+		if err := sum.WriteMetrics(f.metricsFile, rec.StoreNames()); err != nil {
+			return err
+		}
+	}
+	if n := sum.Unresolved(); n > f.maxDiscrepancies {
+		return &exitError{code: exitDiscrepancies, err: fmt.Errorf("%d unresolved discrepancies, more than --max-discrepancies %d", n, f.maxDiscrepancies)}
+	}
+	return nil
+}
+
+// requireStoppedGroup refuses a repair while projector processes run: a
+// repair writes the stores, and each store has one writer at a time.
+func (f *reconcileFlags) requireStoppedGroup(ctx context.Context, log *zap.Logger) error {
+	adm, err := newAdmin(&f.kafka, log, "projector-reconcile")
+	if err != nil {
+		return err
+	}
+	defer adm.Close()
+	return requireNoMembers(ctx, adm, f.group, "repairing the stores")
+}
+
+// report writes discrepancies as they come and the summary at the end.
+type report interface {
+	reconcile.Reporter
+	summary(s *reconcile.Summary, stores []string)
+}
+
+// tableReport is the readable report: a header, one line per discrepancy
+// with its ids on indented lines, and one summary line.
+type tableReport struct {
+	w      io.Writer
+	header bool
+}
+
+const tableRow = "%-10s  %-17s  %-9s  %7s  %5s  %5s  %7s  %5s  %-12s  %s\n"
+
+func (t *tableReport) Report(d *reconcile.Discrepancy) error {
+	if !t.header {
+		t.header = true
+		fmt.Fprintf(t.w, tableRow, "STORE", "CLASS", "STATUS", "VERSION", "WANT", "HELD", "MISSING", "EXTRA", "ACTION", "DOCUMENT")
+	}
+	version := "-"
+	if d.Version > 0 {
+		version = strconv.FormatInt(d.Version, 10)
+	}
+	action := string(d.Action)
+	if action == "" {
+		action = "-"
+	}
+	_, err := fmt.Fprintf(t.w, tableRow, d.Store, d.Class, d.Status, version, strconv.Itoa(d.Want), strconv.Itoa(d.Held),
+		strconv.Itoa(d.Missing), strconv.Itoa(d.Extra), action, printableKey(d.Key))
+	if len(d.StoreVersions) > 0 {
+		fmt.Fprintf(t.w, "    store holds versions %v\n", d.StoreVersions)
+	}
+	if d.NoRecord {
+		fmt.Fprintln(t.w, "    no Document node")
+	}
+	printIDs(t.w, "missing", d.MissingIDs, d.Missing)
+	printIDs(t.w, "extra", d.ExtraIDs, d.Extra)
+	if d.Note != "" {
+		fmt.Fprintf(t.w, "    %s\n", d.Note)
+	}
+	return err
+}
+
+func printIDs(w io.Writer, what string, ids []uuid.UUID, total int) {
+	if len(ids) == 0 {
+		return
+	}
+	texts := make([]string, len(ids))
+	for i, id := range ids {
+		texts[i] = id.String()
+	}
+	more := ""
+	if total > len(ids) {
+		more = fmt.Sprintf(" and %d more", total-len(ids))
+	}
+	fmt.Fprintf(w, "    %s: %s%s\n", what, strings.Join(texts, " "), more)
+}
+
+// printableKey quotes a key that could break the table: document keys are
+// arbitrary UTF-8 and may hold spaces or control characters.
+func printableKey(k string) string {
+	if k == "" || strings.ContainsFunc(k, func(r rune) bool { return r <= ' ' || r == '"' || r == 0x7f || r == '\uFFFD' }) {
+		return strconv.Quote(k)
+	}
+	return k
+}
+
+func (t *tableReport) summary(s *reconcile.Summary, stores []string) {
+	if !t.header {
+		fmt.Fprintln(t.w, "no discrepancies")
+	}
+	fmt.Fprintln(t.w, s.Line(stores))
+}
+
+// jsonReport writes JSON lines: {"type":"discrepancy",...} per
+// discrepancy, then one {"type":"summary",...}.
+type jsonReport struct {
+	w io.Writer
+}
+
+func (j *jsonReport) Report(d *reconcile.Discrepancy) error {
+	return j.write(struct {
+		Type string `json:"type"`
+		*reconcile.Discrepancy
+	}{"discrepancy", d})
+}
+
+func (j *jsonReport) write(v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(j.w, "%s\n", b)
+	return err
+}
+
+func (j *jsonReport) summary(s *reconcile.Summary, stores []string) {
+	found := make(map[string]map[string]int64, len(stores))
+	for _, st := range stores {
+		found[st] = map[string]int64{}
+		for _, c := range reconcile.Classes {
+			found[st][string(c)] = s.Found[st][c]
+		}
+	}
+	_ = j.write(map[string]any{
+		"type": "summary", "documents": s.Documents, "unknown_keys": s.UnknownKeys,
+		"total": s.Total(), "resolved": s.Resolved, "unresolved": s.Unresolved(),
+		"discrepancies": found, "seconds": s.Duration.Seconds(),
+	})
+}
+
+func ledgerPruneCommand(ctx context.Context, args []string, e env) error {
+	var (
+		lf        logFlags
+		sf        storeFlags
+		retention time.Duration
+		batch     int
+	)
+	fs := newFlagSet("ledger-prune", "ledger-prune [flags]", e)
+	lf.register(fs)
+	sf.register(fs)
+	fs.DurationVar(&retention, "retention", 720*time.Hour, "keep ledger rows projected within this long; older ones go, except each document's current-version row")
+	fs.IntVar(&batch, "batch", 1000, "rows deleted per transaction, 1 to 100000")
+	if err := parse(fs, args, e); err != nil {
+		return usageError(err)
+	}
+	switch {
+	case fs.NArg() > 0:
+		return usageError(fmt.Errorf("unexpected argument %q", fs.Arg(0)))
+	case retention <= 0:
+		return usageError(errors.New("--retention must be positive"))
+	case batch < 1 || batch > 100000:
+		return usageError(fmt.Errorf("--batch %d: want 1 to 100000", batch))
+	}
+	log, err := lf.logger(e)
+	if err != nil {
+		return usageError(err)
+	}
+	defer func() { _ = log.Sync() }()
+	rel, err := postgres.Open(ctx, sf.postgresDSN, sf.postgresSchema)
+	if err != nil {
+		return err
+	}
+	defer rel.Close()
+	cutoff := time.Now().Add(-retention)
+	start := time.Now()
+	deleted, err := rel.PruneLedger(ctx, cutoff, batch, func(n int64) {
+		if ce := log.Check(zap.DebugLevel, "ledger prune progress"); ce != nil {
+			ce.Write(zap.Int64("deleted", n))
+		}
+	})
+	fmt.Fprintf(e.stdout, "deleted %d ledger rows projected before %s (kept every document's current-version row) in %s\n",
+		deleted, cutoff.UTC().Format(time.RFC3339), time.Since(start).Round(time.Millisecond))
+	return err
+}

@@ -1,0 +1,338 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+)
+
+// Config selects what a run compares and what it may change.
+type Config struct {
+	// Prefix keeps only documents whose key starts with it.
+	Prefix string
+	// Since, when set, compares only documents updated at or after it and
+	// skips the scans for unknown documents (they have no update time).
+	Since time.Time
+	// PageSize is the number of documents (or scanned keys) per page;
+	// memory grows with it.
+	PageSize int
+	// Repair re-projects documents that are missing, skewed or withdrawn
+	// but present, from the relational copy.
+	Repair bool
+	// DeleteOrphans re-projects live documents with orphaned chunks and
+	// deletes the chunks of unknown documents.
+	DeleteOrphans bool
+	// ProgressEvery is the number of documents between progress log lines.
+	ProgressEvery int
+}
+
+// Deps are what a run reads and writes.
+type Deps struct {
+	Decisions Decisions
+	Source    Source
+	// Stores are read in this order, which is also the report's.
+	Stores []Store
+	// Writes is used by Repair and DeleteOrphans only.
+	Writes WriteOrder
+}
+
+// Reporter receives each discrepancy as soon as its page is done.
+type Reporter interface {
+	Report(d *Discrepancy) error
+}
+
+// Reconciler runs reconciliations. It holds no state between runs.
+type Reconciler struct {
+	cfg Config
+	log *zap.Logger
+	d   Deps
+}
+
+// New returns a Reconciler.
+func New(cfg Config, log *zap.Logger, d Deps) *Reconciler {
+	if cfg.PageSize <= 0 {
+		cfg.PageSize = 1000
+	}
+	if cfg.ProgressEvery <= 0 {
+		cfg.ProgressEvery = 10000
+	}
+	return &Reconciler{cfg: cfg, log: log, d: d}
+}
+
+// Summary counts what a run found and did.
+type Summary struct {
+	// Documents is the number of decision-store documents compared.
+	Documents int64
+	// UnknownKeys is the number of document keys found in a store but not
+	// in the decision store.
+	UnknownKeys int64
+	// Found counts discrepancies per store and class.
+	Found map[string]map[Class]int64
+	// Resolved counts the discrepancies the run repaired or deleted.
+	Resolved int64
+	Started  time.Time
+	Duration time.Duration
+}
+
+// Total is the number of discrepancies found.
+func (s *Summary) Total() int64 {
+	var n int64
+	for _, byClass := range s.Found {
+		for _, c := range byClass {
+			n += c
+		}
+	}
+	return n
+}
+
+// Unresolved is the number of discrepancies the run left as they were.
+func (s *Summary) Unresolved() int64 { return s.Total() - s.Resolved }
+
+// Line renders the summary as one line of key=value pairs, every store and
+// class included, so scripts can read it.
+func (s *Summary) Line(stores []string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "summary documents=%d unknown_keys=%d total=%d resolved=%d unresolved=%d",
+		s.Documents, s.UnknownKeys, s.Total(), s.Resolved, s.Unresolved())
+	for _, st := range stores {
+		for _, c := range Classes {
+			fmt.Fprintf(&b, " %s.%s=%d", st, c, s.Found[st][c])
+		}
+	}
+	fmt.Fprintf(&b, " seconds=%s", strconv.FormatFloat(s.Duration.Seconds(), 'f', 1, 64))
+	return b.String()
+}
+
+// StoreNames returns the labels of the run's stores in report order.
+func (r *Reconciler) StoreNames() []string {
+	out := make([]string, len(r.d.Stores))
+	for i, s := range r.d.Stores {
+		out[i] = s.Name()
+	}
+	return out
+}
+
+// Run compares every selected document and, unless Since is set, scans each
+// store for unknown documents. Each discrepancy goes to out as soon as its
+// page is compared (and repaired, when asked). An error means a store could
+// not be read or written; the summary then covers what was done so far.
+func (r *Reconciler) Run(ctx context.Context, out Reporter) (*Summary, error) {
+	sum := &Summary{Found: map[string]map[Class]int64{}, Started: time.Now()}
+	for _, s := range r.d.Stores {
+		sum.Found[s.Name()] = map[Class]int64{}
+	}
+	err := r.compareDocuments(ctx, sum, out)
+	if err == nil && r.cfg.Since.IsZero() {
+		for _, s := range r.d.Stores {
+			if err = r.scanUnknown(ctx, s, sum, out); err != nil {
+				break
+			}
+		}
+	}
+	sum.Duration = time.Since(sum.Started)
+	return sum, err
+}
+
+// compareDocuments pages through the decision store and compares each page
+// with every store.
+func (r *Reconciler) compareDocuments(ctx context.Context, sum *Summary, out Reporter) error {
+	page := Page{Prefix: r.cfg.Prefix, Since: r.cfg.Since, Limit: r.cfg.PageSize}
+	nextLog := int64(r.cfg.ProgressEvery)
+	for {
+		docs, err := r.d.Decisions.Decisions(ctx, page)
+		if err != nil {
+			return fmt.Errorf("read the decision store: %w", err)
+		}
+		if len(docs) == 0 {
+			return nil
+		}
+		keys := make([]string, len(docs))
+		for i, d := range docs {
+			keys[i] = d.Key
+		}
+		holdings, err := r.holdings(ctx, keys)
+		if err != nil {
+			return err
+		}
+		var found []Discrepancy
+		for _, d := range docs {
+			for i, s := range r.d.Stores {
+				found = append(found, compare(s.Name(), d, holdings[i][d.Key])...)
+			}
+		}
+		if err := r.repair(ctx, found); err != nil {
+			return err
+		}
+		if err := emit(found, sum, out); err != nil {
+			return err
+		}
+		sum.Documents += int64(len(docs))
+		if sum.Documents >= nextLog {
+			r.progress(sum)
+			nextLog += int64(r.cfg.ProgressEvery)
+		}
+		if len(docs) < page.Limit {
+			return nil
+		}
+		page.After = docs[len(docs)-1].Key
+	}
+}
+
+// holdings reads a page's keys from every store at once.
+func (r *Reconciler) holdings(ctx context.Context, keys []string) ([]map[string]Holding, error) {
+	out := make([]map[string]Holding, len(r.d.Stores))
+	g, gctx := errgroup.WithContext(ctx)
+	for i, s := range r.d.Stores {
+		g.Go(func() error {
+			h, err := s.Holdings(gctx, keys)
+			if err != nil {
+				return fmt.Errorf("read the %s store: %w", s.Name(), err)
+			}
+			out[i] = h
+			return nil
+		})
+	}
+	return out, g.Wait()
+}
+
+func (r *Reconciler) progress(sum *Summary) {
+	secs := time.Since(sum.Started).Seconds()
+	r.log.Info("reconcile progress", zap.Int64("documents", sum.Documents), zap.Int64("discrepancies", sum.Total()),
+		zap.Float64("documents_per_second", float64(sum.Documents)/max(secs, 1e-9)))
+}
+
+// repair re-projects, from the relational copy and in the write order, the
+// documents of found that it may: missing, skewed and withdrawn-present
+// ones with Repair, live ones with orphans with DeleteOrphans. It marks
+// each discrepancy it settled.
+func (r *Reconciler) repair(ctx context.Context, found []Discrepancy) error {
+	var keys []string
+	for _, d := range found {
+		if r.mayReproject(&d) && !slices.Contains(keys, d.Key) {
+			keys = append(keys, d.Key)
+		}
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	w, incomplete, err := r.d.Source.Reprojection(ctx, keys)
+	if err != nil {
+		return fmt.Errorf("read the relational copy for a repair: %w", err)
+	}
+	if !w.Empty() {
+		if err := r.d.Writes.Apply(ctx, w); err != nil {
+			return fmt.Errorf("repair: %w", err)
+		}
+	}
+	written := make(map[string]bool, len(keys))
+	for _, k := range w.Keys() {
+		written[k] = true
+	}
+	for i := range found {
+		d := &found[i]
+		switch lacking, ok := incomplete[d.Key]; {
+		case ok && r.mayReproject(d):
+			d.Action, d.Note = Unrepairable, fmt.Sprintf("the relational copy lacks the chunk rows of ordinals %v", lacking)
+		case written[d.Key]:
+			// Re-projecting a document leaves each store with exactly its
+			// current chunks, orphans of the document included.
+			d.Action = Reprojected
+		}
+		if written[d.Key] {
+			r.log.Debug("re-projected", zap.String("document_key", d.Key), zap.String("store", d.Store), zap.String("class", string(d.Class)))
+		}
+	}
+	return nil
+}
+
+func (r *Reconciler) mayReproject(d *Discrepancy) bool {
+	if d.Status == StatusUnknown {
+		return false
+	}
+	if d.Class == Orphaned {
+		return r.cfg.DeleteOrphans
+	}
+	return r.cfg.Repair
+}
+
+// scanUnknown scans one store for documents the decision store does not
+// know, reports each once, and deletes them with DeleteOrphans.
+func (r *Reconciler) scanUnknown(ctx context.Context, s Store, sum *Summary, out Reporter) error {
+	reported := map[string]bool{}
+	var scanned int64
+	err := s.ScanKeys(ctx, r.cfg.Prefix, r.cfg.PageSize, func(keys []string) error {
+		scanned += int64(len(keys))
+		fresh := make([]string, 0, len(keys))
+		for _, k := range keys {
+			if !reported[k] {
+				fresh = append(fresh, k)
+			}
+		}
+		if len(fresh) == 0 {
+			return nil
+		}
+		known, err := r.d.Decisions.Known(ctx, fresh)
+		if err != nil {
+			return fmt.Errorf("read the decision store: %w", err)
+		}
+		var unknownKeys []string
+		for _, k := range fresh {
+			if !known[k] {
+				unknownKeys = append(unknownKeys, k)
+			}
+		}
+		if len(unknownKeys) == 0 {
+			return nil
+		}
+		holdings, err := s.Holdings(ctx, unknownKeys)
+		if err != nil {
+			return fmt.Errorf("read the %s store: %w", s.Name(), err)
+		}
+		found := make([]Discrepancy, 0, len(unknownKeys))
+		for _, k := range unknownKeys {
+			reported[k] = true
+			h := holdings[k]
+			if len(h.Chunks) == 0 && !h.Present {
+				// Gone since the scan read it.
+				continue
+			}
+			found = append(found, unknown(s.Name(), k, h))
+		}
+		if r.cfg.DeleteOrphans && len(found) > 0 {
+			if err := s.DeleteDocuments(ctx, unknownKeys); err != nil {
+				return fmt.Errorf("delete unknown documents from the %s store: %w", s.Name(), err)
+			}
+			for i := range found {
+				found[i].Action = Deleted
+			}
+		}
+		sum.UnknownKeys += int64(len(found))
+		return emit(found, sum, out)
+	})
+	if err != nil {
+		return err
+	}
+	r.log.Info("scanned a store for unknown documents", zap.String("store", s.Name()), zap.Int64("keys", scanned), zap.Int("unknown", len(reported)))
+	return nil
+}
+
+// emit counts and reports found.
+func emit(found []Discrepancy, sum *Summary, out Reporter) error {
+	for i := range found {
+		d := &found[i]
+		sum.Found[d.Store][d.Class]++
+		if d.Resolved() {
+			sum.Resolved++
+		}
+		if err := out.Report(d); err != nil {
+			return fmt.Errorf("write the report: %w", err)
+		}
+	}
+	return nil
+}

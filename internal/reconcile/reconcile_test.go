@@ -1,0 +1,287 @@
+package reconcile
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/zap"
+
+	"github.com/projector/projector/internal/project"
+)
+
+// fakeDecisions is a decision store of a few documents in key order.
+type fakeDecisions struct {
+	docs  []Decision
+	pages []string // the After of each call
+}
+
+func (f *fakeDecisions) Decisions(_ context.Context, p Page) ([]Decision, error) {
+	f.pages = append(f.pages, p.After)
+	var out []Decision
+	for _, d := range f.docs {
+		if d.Key > p.After && strings.HasPrefix(d.Key, p.Prefix) && len(out) < p.Limit {
+			out = append(out, d)
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeDecisions) Known(_ context.Context, ks []string) (map[string]bool, error) {
+	out := map[string]bool{}
+	for _, d := range f.docs {
+		if slices.Contains(ks, d.Key) {
+			out[d.Key] = true
+		}
+	}
+	return out, nil
+}
+
+// Reprojection rebuilds documents with chunks but no content; incomplete
+// lists keys the relational copy cannot rebuild.
+func (f *fakeDecisions) reprojection(incomplete map[string][]int) func(context.Context, []string) (*project.Write, map[string][]int, error) {
+	return func(_ context.Context, ks []string) (*project.Write, map[string][]int, error) {
+		w := &project.Write{}
+		for _, d := range f.docs {
+			switch {
+			case !slices.Contains(ks, d.Key) || incomplete[d.Key] != nil:
+			case d.Withdrawn:
+				w.Withdrawn = append(w.Withdrawn, project.Withdrawal{Key: d.Key, Version: d.Version})
+			default:
+				w.Live = append(w.Live, project.Document{Key: d.Key, Version: d.Version})
+			}
+		}
+		return w, incomplete, nil
+	}
+}
+
+type sourceFunc func(context.Context, []string) (*project.Write, map[string][]int, error)
+
+func (f sourceFunc) Reprojection(ctx context.Context, ks []string) (*project.Write, map[string][]int, error) {
+	return f(ctx, ks)
+}
+
+// fakeStore holds documents and scans its keys in the pages given.
+type fakeStore struct {
+	name    string
+	holds   map[string]Holding
+	scan    [][]string
+	deleted []string
+}
+
+func (s *fakeStore) Name() string { return s.name }
+
+func (s *fakeStore) Holdings(_ context.Context, ks []string) (map[string]Holding, error) {
+	out := map[string]Holding{}
+	for _, k := range ks {
+		if h, ok := s.holds[k]; ok {
+			out[k] = h
+		}
+	}
+	return out, nil
+}
+
+func (s *fakeStore) ScanKeys(_ context.Context, prefix string, _ int, fn func([]string) error) error {
+	for _, page := range s.scan {
+		if err := fn(page); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (s *fakeStore) DeleteDocuments(_ context.Context, ks []string) error {
+	s.deleted = append(s.deleted, ks...)
+	for _, k := range ks {
+		delete(s.holds, k)
+	}
+	return nil
+}
+
+// journal records the writes of a repair in order.
+type journal struct{ writes []string }
+
+type journalWriter struct {
+	j     *journal
+	store string
+}
+
+func (w journalWriter) Apply(_ context.Context, wr *project.Write) error {
+	w.j.writes = append(w.j.writes, w.store+":"+strings.Join(wr.Keys(), ","))
+	return nil
+}
+
+type journalRelational struct{ journalWriter }
+
+func (w journalRelational) Apply(ctx context.Context, wr *project.Write, ledger []project.LedgerEntry) error {
+	if ledger != nil {
+		return fmt.Errorf("a repair wrote %d ledger rows, want none", len(ledger))
+	}
+	return w.journalWriter.Apply(ctx, wr)
+}
+
+type collect struct{ got []Discrepancy }
+
+func (c *collect) Report(d *Discrepancy) error {
+	c.got = append(c.got, *d)
+	return nil
+}
+
+func (c *collect) lines() []string {
+	var out []string
+	for _, d := range c.got {
+		out = append(out, fmt.Sprintf("%s %s %s %s", d.Store, d.Class, d.Key, d.Action))
+	}
+	return out
+}
+
+// world is a decision store of five documents and two stores that
+// disagree with it in every way.
+func world() (*fakeDecisions, *fakeStore, *fakeStore) {
+	dec := &fakeDecisions{docs: []Decision{
+		{Key: "a", Version: 1, ChunkCount: 2},
+		{Key: "b", Version: 2, ChunkCount: 1},
+		{Key: "c", Version: 1, ChunkCount: 1},
+		{Key: "d", Version: 3, Withdrawn: true},
+		{Key: "e", Version: 1, ChunkCount: 1},
+	}}
+	index := &fakeStore{name: "index", holds: map[string]Holding{
+		"a": {Chunks: held("a", 1, 0)},                             // missing
+		"b": {Chunks: held("b", 2, 0)},                             // agrees
+		"c": {Chunks: append(held("c", 1, 0), held("x", 1, 0)...)}, // a foreign id
+		"d": {Chunks: held("d", 2, 0)},                             // withdrawn but present
+		"e": {Chunks: held("e", 1, 0)},
+		"z": {Chunks: held("z", 1, 0, 1)}, // unknown
+	}, scan: [][]string{{"a", "z"}, {"b", "z", "c"}}}
+	graph := &fakeStore{name: "graph", holds: map[string]Holding{
+		"a": {Chunks: held("a", 1, 0, 1)},
+		"b": {Chunks: held("b", 1, 0)}, // skewed
+		"c": {Chunks: held("c", 1, 0)},
+		"e": {Chunks: held("e", 1, 0)},
+	}}
+	return dec, index, graph
+}
+
+func TestRunReports(t *testing.T) {
+	dec, index, graph := world()
+	c := &collect{}
+	r := New(Config{PageSize: 2}, zap.NewNop(), Deps{Decisions: dec, Stores: []Store{index, graph}})
+	sum, err := r.Run(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"index missing a ",
+		"graph version_skew b ",
+		"index orphaned c ",
+		"index withdrawn_present d ",
+		"index orphaned z ",
+	}
+	if fmt.Sprint(c.lines()) != fmt.Sprint(want) {
+		t.Errorf("reported\n%s\nwant\n%s", strings.Join(c.lines(), "\n"), strings.Join(want, "\n"))
+	}
+	if got := fmt.Sprint(dec.pages); got != "[ b d]" {
+		t.Errorf("pages after %s, want [ b d] (keyset pages of 2)", got)
+	}
+	if sum.Documents != 5 || sum.UnknownKeys != 1 || sum.Total() != 5 || sum.Unresolved() != 5 {
+		t.Errorf("summary = %d documents, %d unknown, %d total, %d unresolved; want 5, 1, 5, 5", sum.Documents, sum.UnknownKeys, sum.Total(), sum.Unresolved())
+	}
+	if len(index.deleted) != 0 {
+		t.Errorf("deleted %v without --delete-orphans, want nothing", index.deleted)
+	}
+	line := sum.Line([]string{"index", "graph"})
+	for _, part := range []string{"total=5", "index.missing=1", "index.orphaned=2", "graph.version_skew=1", "index.withdrawn_present=1", "graph.missing=0"} {
+		if !strings.Contains(line, " "+part+" ") {
+			t.Errorf("summary line %q lacks %q", line, part)
+		}
+	}
+}
+
+func TestRunRepairs(t *testing.T) {
+	tests := []struct {
+		name          string
+		deleteOrphans bool
+		incomplete    map[string][]int
+		wantWrites    []string
+		wantActions   []string
+		wantDeleted   []string
+	}{
+		{
+			name:       "repair",
+			wantWrites: []string{"index:a,b,d", "graph:a,b,d", "relational:a,b,d"},
+			wantActions: []string{
+				"index missing a reprojected", "graph version_skew b reprojected",
+				"index orphaned c ", "index withdrawn_present d reprojected", "index orphaned z ",
+			},
+		},
+		{
+			name:          "repair and delete orphans",
+			deleteOrphans: true,
+			wantWrites:    []string{"index:a,b,c,d", "graph:a,b,c,d", "relational:a,b,c,d"},
+			wantActions: []string{
+				"index missing a reprojected", "graph version_skew b reprojected",
+				"index orphaned c reprojected", "index withdrawn_present d reprojected", "index orphaned z deleted",
+			},
+			wantDeleted: []string{"z"},
+		},
+		{
+			name:       "the relational copy lacks a chunk",
+			incomplete: map[string][]int{"a": {1}},
+			wantWrites: []string{"index:b,d", "graph:b,d", "relational:b,d"},
+			wantActions: []string{
+				"index missing a unrepairable", "graph version_skew b reprojected",
+				"index orphaned c ", "index withdrawn_present d reprojected", "index orphaned z ",
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dec, index, graph := world()
+			j := &journal{}
+			c := &collect{}
+			r := New(Config{PageSize: 10, Repair: true, DeleteOrphans: tt.deleteOrphans}, zap.NewNop(), Deps{
+				Decisions: dec, Source: sourceFunc(dec.reprojection(tt.incomplete)), Stores: []Store{index, graph},
+				Writes: WriteOrder{Index: journalWriter{j, "index"}, Graph: journalWriter{j, "graph"}, Relational: journalRelational{journalWriter{j, "relational"}}},
+			})
+			sum, err := r.Run(context.Background(), c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(j.writes) != fmt.Sprint(tt.wantWrites) {
+				t.Errorf("writes = %v, want %v (index, graph, relational)", j.writes, tt.wantWrites)
+			}
+			if fmt.Sprint(c.lines()) != fmt.Sprint(tt.wantActions) {
+				t.Errorf("reported\n%s\nwant\n%s", strings.Join(c.lines(), "\n"), strings.Join(tt.wantActions, "\n"))
+			}
+			if fmt.Sprint(index.deleted) != fmt.Sprint(tt.wantDeleted) {
+				t.Errorf("deleted = %v, want %v", index.deleted, tt.wantDeleted)
+			}
+			resolved := 0
+			for _, a := range tt.wantActions {
+				if strings.HasSuffix(a, "reprojected") || strings.HasSuffix(a, "deleted") {
+					resolved++
+				}
+			}
+			if sum.Resolved != int64(resolved) {
+				t.Errorf("resolved = %d, want %d", sum.Resolved, resolved)
+			}
+		})
+	}
+}
+
+func TestRunSinceSkipsTheScans(t *testing.T) {
+	dec, index, graph := world()
+	c := &collect{}
+	r := New(Config{Since: time.Now()}, zap.NewNop(), Deps{Decisions: dec, Stores: []Store{index, graph}})
+	if _, err := r.Run(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range c.got {
+		if d.Status == StatusUnknown {
+			t.Errorf("reported unknown document %q with --since, want the scans skipped", d.Key)
+		}
+	}
+}

@@ -1,0 +1,160 @@
+// Package reconcile compares the decision store (the relational documents
+// table) with each of the three stores, per document and version, by exact
+// chunk-id sets, in both directions, and repairs what it safely can by
+// re-projecting from the relational copy in the fixed write order.
+//
+// It streams: documents are read in keyset pages by key, each page's
+// holdings are read from every store by key, and each store is then
+// scanned, page by page, for documents the decision store does not know.
+// Memory is bounded by the page size (plus the keys of unknown documents
+// already reported, so a key that a store returns in two pages is
+// reported once).
+//
+// The stores are known only through the small interfaces declared here;
+// the adapters implement them in internal/store/.../reconcile.go.
+package reconcile
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/projector/projector/internal/project"
+)
+
+// Class is the kind of a discrepancy.
+type Class string
+
+// The discrepancy classes, in report order.
+const (
+	// Missing: the decision store says the document is live at version v
+	// with n chunks, and the store lacks some of the ids
+	// keys.ChunkID(key, v, 0..n-1) (or, in the graph, the Document node).
+	Missing Class = "missing"
+	// Orphaned: the store holds chunk ids the projector never wrote for
+	// the current state: chunks of a document the decision store does not
+	// know, or ids of the current version that are not derived from it
+	// (a second writer's). Chunks of other versions are VersionSkew.
+	Orphaned Class = "orphaned"
+	// VersionSkew: the store holds the document at another version than
+	// the decision store (chunks, or the graph's Document node).
+	VersionSkew Class = "version_skew"
+	// WithdrawnPresent: a withdrawn document still has chunks (or a
+	// Document node) in the store.
+	WithdrawnPresent Class = "withdrawn_present"
+)
+
+// Classes lists every class, in report order.
+var Classes = []Class{Missing, Orphaned, VersionSkew, WithdrawnPresent}
+
+// Decision is a document as the decision store records it.
+type Decision struct {
+	Key        string
+	Version    int64
+	Withdrawn  bool
+	ChunkCount int
+}
+
+// Held is one chunk a store holds of a document.
+type Held struct {
+	// ID is the chunk id; uuid.Nil for an id that is not a UUID.
+	ID uuid.UUID
+	// Version is the version the store records for the chunk; 0 when it
+	// records none.
+	Version int64
+	// Detached marks a graph chunk node without a HAS_CHUNK relationship
+	// from its document: present, but not held.
+	Detached bool
+}
+
+// Holding is what one store holds of one document.
+type Holding struct {
+	Chunks []Held
+	// Records is set by a store that keeps a record of the document itself
+	// (the graph's Document node); Present and Version describe it.
+	Records bool
+	Present bool
+	Version int64
+}
+
+// Page selects one keyset page of the decision store.
+type Page struct {
+	// After is the last key of the previous page ("" for the first).
+	After string
+	// Prefix keeps only keys that start with it.
+	Prefix string
+	// Since, when set, keeps only documents updated at or after it.
+	Since time.Time
+	Limit int
+}
+
+// Decisions is the decision store.
+type Decisions interface {
+	// Decisions returns up to p.Limit documents after p.After, in key order.
+	Decisions(ctx context.Context, p Page) ([]Decision, error)
+	// Known reports which keys the decision store has a document for.
+	Known(ctx context.Context, keys []string) (map[string]bool, error)
+}
+
+// Store is one store as reconcile reads it.
+type Store interface {
+	// Name is the store's label: index, graph or relational.
+	Name() string
+	// Holdings returns what the store holds of each key; keys it holds
+	// nothing of may be absent.
+	Holdings(ctx context.Context, keys []string) (map[string]Holding, error)
+	// ScanKeys calls fn with pages of at most pageSize distinct document
+	// keys the store holds anything of, restricted to those starting with
+	// prefix. A key may come in more than one page.
+	ScanKeys(ctx context.Context, prefix string, pageSize int, fn func(keys []string) error) error
+	// DeleteDocuments removes everything the store holds of documents the
+	// decision store does not know.
+	DeleteDocuments(ctx context.Context, keys []string) error
+}
+
+// Source rebuilds writes from the relational copy.
+type Source interface {
+	// Reprojection returns the write that projects the current state of
+	// keys (live documents with their chunks, withdrawn ones as
+	// withdrawals), with the ids and vectors of the original projection.
+	// Live documents whose chunk rows are incomplete are left out and
+	// returned in incomplete with the ordinals they lack.
+	Reprojection(ctx context.Context, keys []string) (w *project.Write, incomplete map[string][]int, err error)
+}
+
+// RelationalWriter is the relational store's write, which takes ledger
+// rows; a repair writes none.
+type RelationalWriter interface {
+	Apply(ctx context.Context, w *project.Write, ledger []project.LedgerEntry) error
+}
+
+// WriteOrder is the three stores a repair writes, in the fixed order of
+// docs/write-order.md: index, then graph, then relational.
+type WriteOrder struct {
+	Index      project.Index
+	Graph      project.Graph
+	Relational RelationalWriter
+}
+
+// Apply writes w to each store in turn; a later store is not written when
+// an earlier one failed.
+func (o WriteOrder) Apply(ctx context.Context, w *project.Write) error {
+	if err := o.Index.Apply(ctx, w); err != nil {
+		return err
+	}
+	if err := o.Graph.Apply(ctx, w); err != nil {
+		return err
+	}
+	return o.Relational.Apply(ctx, w, nil)
+}
+
+// Withdrawals is the write that removes every chunk of keys from a store;
+// adapters use it to delete the documents of unknown keys.
+func Withdrawals(keys []string) *project.Write {
+	w := &project.Write{Withdrawn: make([]project.Withdrawal, len(keys))}
+	for i, k := range keys {
+		w.Withdrawn[i] = project.Withdrawal{Key: k}
+	}
+	return w
+}

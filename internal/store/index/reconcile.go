@@ -1,0 +1,100 @@
+package index
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/qdrant/go-client/qdrant"
+
+	"github.com/projector/projector/internal/reconcile"
+)
+
+var _ reconcile.Store = (*Store)(nil)
+
+// Holdings returns the points of each document, with the version of their
+// payload, from one filtered scroll that reads ids, document_key and
+// version only.
+func (s *Store) Holdings(ctx context.Context, keys []string) (map[string]reconcile.Holding, error) {
+	out := make(map[string]reconcile.Holding, len(keys))
+	filter := &qdrant.Filter{Must: []*qdrant.Condition{qdrant.NewMatchKeywords("document_key", keys...)}}
+	err := s.Scroll(ctx, filter, []string{"document_key", "version"}, func(p *qdrant.RetrievedPoint) error {
+		key := p.GetPayload()["document_key"].GetStringValue()
+		h := out[key]
+		h.Chunks = append(h.Chunks, reconcile.Held{ID: pointUUID(p.GetId()), Version: p.GetPayload()["version"].GetIntegerValue()})
+		out[key] = h
+		return nil
+	})
+	return out, err
+}
+
+// pointUUID returns a point's UUID, or uuid.Nil for a numeric or malformed
+// id: such a point was not written by the projector.
+func pointUUID(id *qdrant.PointId) uuid.UUID {
+	u, err := uuid.Parse(id.GetUuid())
+	if err != nil {
+		return uuid.Nil
+	}
+	return u
+}
+
+// ScanKeys scrolls every point of the collection, reading document_key
+// only, and calls fn with the distinct keys of each page that start with
+// prefix. Qdrant scrolls in id order, so a key can come in several pages.
+// A point without a document_key is reported under the empty key.
+func (s *Store) ScanKeys(ctx context.Context, prefix string, pageSize int, fn func([]string) error) error {
+	seen := make(map[string]bool, pageSize)
+	var page []string
+	flush := func() error {
+		if len(page) == 0 {
+			return nil
+		}
+		err := fn(page)
+		page = page[:0]
+		clear(seen)
+		return err
+	}
+	err := s.Scroll(ctx, nil, []string{"document_key"}, func(p *qdrant.RetrievedPoint) error {
+		key := p.GetPayload()["document_key"].GetStringValue()
+		if !strings.HasPrefix(key, prefix) || seen[key] {
+			return nil
+		}
+		seen[key] = true
+		page = append(page, key)
+		if len(page) < pageSize {
+			return nil
+		}
+		return flush()
+	})
+	if err != nil {
+		return err
+	}
+	return flush()
+}
+
+// DeleteDocuments removes every point of keys with one filtered delete, as
+// a withdrawal does.
+func (s *Store) DeleteDocuments(ctx context.Context, keys []string) error {
+	return s.Apply(ctx, reconcile.Withdrawals(keys))
+}
+
+// HasChunks reports which of ids are points of the collection.
+func (s *Store) HasChunks(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]bool, error) {
+	pids := make([]*qdrant.PointId, len(ids))
+	for i, id := range ids {
+		pids[i] = qdrant.NewIDUUID(id.String())
+	}
+	points, err := s.client.Get(ctx, &qdrant.GetPoints{
+		CollectionName: s.cfg.Collection, Ids: pids,
+		WithPayload: qdrant.NewWithPayload(false), WithVectors: qdrant.NewWithVectors(false),
+	})
+	if err != nil {
+		return nil, classify(fmt.Errorf("get points: %w", err))
+	}
+	out := make(map[uuid.UUID]bool, len(points))
+	for _, p := range points {
+		out[pointUUID(p.GetId())] = true
+	}
+	return out, nil
+}
