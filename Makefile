@@ -9,7 +9,7 @@ GOTEST_FLAGS ?= -count=1 -timeout 45m
 # at a time so their clean-ups cannot race.
 GOTEST_P    ?= 1
 
-.PHONY: all build test unit services services-down run up down lint fuzz bench
+.PHONY: all build test unit services services-down run up down demo lint fuzz bench
 
 all: build
 
@@ -40,6 +40,11 @@ up:
 
 down:
 	docker compose down
+
+# Everything of `make up`, in the foreground, plus deploy/demo.sh publishing
+# sample documents in a loop so the Grafana dashboard has data.
+demo:
+	docker compose --profile demo up --build
 
 lint:
 	@unformatted="$$(gofmt -l .)"; if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi

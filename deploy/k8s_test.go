@@ -1,0 +1,293 @@
+package deploy
+
+import (
+	"maps"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// manifest is the part of a Kubernetes object the tests read; each kind
+// fills its own fields.
+type manifest struct {
+	Kind     string `yaml:"kind"`
+	Metadata struct {
+		Name string `yaml:"name"`
+	} `yaml:"metadata"`
+	Data       map[string]string `yaml:"data"`       // ConfigMap
+	StringData map[string]string `yaml:"stringData"` // Secret
+	Spec       struct {
+		Selector selector `yaml:"selector"` // Deployment, PodDisruptionBudget, Service
+		Ports    []struct {
+			TargetPort string `yaml:"targetPort"`
+		} `yaml:"ports"` // Service
+		Template struct {
+			Metadata struct {
+				Labels map[string]string `yaml:"labels"`
+			} `yaml:"metadata"`
+			Spec podSpec `yaml:"spec"`
+		} `yaml:"template"` // Deployment
+	} `yaml:"spec"`
+	Resources []string `yaml:"resources"` // Kustomization
+}
+
+// selector is a label selector: a Deployment's and a PDB's hold
+// matchLabels, a Service's is the labels themselves.
+type selector map[string]any
+
+func (s selector) labels() map[string]string {
+	m := map[string]any(s)
+	if ml, ok := m["matchLabels"].(map[string]any); ok {
+		m = ml
+	}
+	out := map[string]string{}
+	for k, v := range m {
+		out[k], _ = v.(string)
+	}
+	return out
+}
+
+type podSpec struct {
+	TerminationGracePeriodSeconds int `yaml:"terminationGracePeriodSeconds"`
+	SecurityContext               struct {
+		RunAsNonRoot bool `yaml:"runAsNonRoot"`
+		RunAsUser    int  `yaml:"runAsUser"`
+	} `yaml:"securityContext"`
+	Containers []container `yaml:"containers"`
+}
+
+type container struct {
+	Ports []struct {
+		Name          string `yaml:"name"`
+		ContainerPort int    `yaml:"containerPort"`
+	} `yaml:"ports"`
+	EnvFrom []struct {
+		ConfigMapRef *struct {
+			Name string `yaml:"name"`
+		} `yaml:"configMapRef"`
+		SecretRef *struct {
+			Name string `yaml:"name"`
+		} `yaml:"secretRef"`
+	} `yaml:"envFrom"`
+	Env []struct {
+		Name  string `yaml:"name"`
+		Value string `yaml:"value"`
+	} `yaml:"env"`
+	Resources struct {
+		Requests map[string]string `yaml:"requests"`
+		Limits   map[string]string `yaml:"limits"`
+	} `yaml:"resources"`
+	SecurityContext struct {
+		AllowPrivilegeEscalation *bool `yaml:"allowPrivilegeEscalation"`
+		ReadOnlyRootFilesystem   bool  `yaml:"readOnlyRootFilesystem"`
+	} `yaml:"securityContext"`
+	StartupProbe   *probe `yaml:"startupProbe"`
+	LivenessProbe  *probe `yaml:"livenessProbe"`
+	ReadinessProbe *probe `yaml:"readinessProbe"`
+}
+
+type probe struct {
+	HTTPGet struct {
+		Path string `yaml:"path"`
+		Port string `yaml:"port"`
+	} `yaml:"httpGet"`
+}
+
+// readManifests returns the manifests of deploy/k8s by kind; each file
+// holds one.
+func readManifests(t *testing.T) map[string]manifest {
+	t.Helper()
+	files, err := filepath.Glob("k8s/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]manifest{}
+	for _, f := range files {
+		var m manifest
+		readYAML(t, f, &m)
+		if _, dup := out[m.Kind]; dup {
+			t.Fatalf("two manifests of kind %s", m.Kind)
+		}
+		out[m.Kind] = m
+	}
+	return out
+}
+
+func TestKubernetesEnvironment(t *testing.T) {
+	ms := readManifests(t)
+	flags := envNames(t, "run")
+	config, secret := ms["ConfigMap"], ms["Secret"]
+	for _, src := range []struct {
+		kind string
+		vars map[string]string
+	}{{"ConfigMap", config.Data}, {"Secret", secret.StringData}} {
+		if len(src.vars) == 0 {
+			t.Errorf("no %s with variables", src.kind)
+		}
+		for k := range src.vars {
+			if _, ok := flags[k]; !ok {
+				t.Errorf("%s sets %s, which is no flag of `projector run`", src.kind, k)
+			}
+		}
+	}
+	// What holds a password belongs in the Secret, as a placeholder.
+	for _, k := range []string{"PROJECTOR_NEO4J_PASSWORD", "PROJECTOR_POSTGRES_DSN"} {
+		if _, ok := config.Data[k]; ok {
+			t.Errorf("the ConfigMap sets %s, which holds a password; want it in the Secret only", k)
+		}
+		if v := secret.StringData[k]; !strings.Contains(v, "REPLACE-ME") {
+			t.Errorf("the example Secret sets %s = %q, want a REPLACE-ME placeholder", k, v)
+		}
+	}
+
+	d := ms["Deployment"]
+	c := d.Spec.Template.Spec.Containers[0]
+	var refs []string
+	for _, ef := range c.EnvFrom {
+		if ef.ConfigMapRef != nil {
+			refs = append(refs, "ConfigMap/"+ef.ConfigMapRef.Name)
+		}
+		if ef.SecretRef != nil {
+			refs = append(refs, "Secret/"+ef.SecretRef.Name)
+		}
+	}
+	if want := []string{"ConfigMap/" + config.Metadata.Name, "Secret/" + secret.Metadata.Name}; !slices.Equal(refs, want) {
+		t.Errorf("the Deployment takes its environment from %q, want %q", refs, want)
+	}
+	for _, e := range c.Env {
+		if _, ok := flags[e.Name]; strings.HasPrefix(e.Name, "PROJECTOR_") && !ok {
+			t.Errorf("the Deployment sets %s, which is no flag of `projector run`", e.Name)
+		}
+	}
+}
+
+func TestKubernetesDeployment(t *testing.T) {
+	ms := readManifests(t)
+	d := ms["Deployment"]
+	pod := d.Spec.Template.Spec
+	c := pod.Containers[0]
+
+	shutdown, err := time.ParseDuration(flagsOf(t, "run")["shutdown-timeout"])
+	if err != nil {
+		t.Fatalf("default of --shutdown-timeout: %v", err)
+	}
+	if grace := time.Duration(pod.TerminationGracePeriodSeconds) * time.Second; grace <= shutdown {
+		t.Errorf("terminationGracePeriodSeconds = %s, want more than --shutdown-timeout %s", grace, shutdown)
+	}
+
+	limit := bytesOf(t, c.Resources.Limits["memory"])
+	env := map[string]string{}
+	for _, e := range c.Env {
+		env[e.Name] = e.Value
+	}
+	if memLimit := bytesOf(t, env["GOMEMLIMIT"]); memLimit >= limit || memLimit < limit*8/10 {
+		t.Errorf("GOMEMLIMIT = %q for a memory limit of %q, want a little below it (80%% to 100%%)", env["GOMEMLIMIT"], c.Resources.Limits["memory"])
+	}
+	if c.Resources.Requests["memory"] == "" || c.Resources.Requests["cpu"] == "" {
+		t.Errorf("requests = %v, want cpu and memory", c.Resources.Requests)
+	}
+
+	if !pod.SecurityContext.RunAsNonRoot || pod.SecurityContext.RunAsUser == 0 {
+		t.Errorf("pod securityContext = %+v, want runAsNonRoot and a non-zero runAsUser", pod.SecurityContext)
+	}
+	if sc := c.SecurityContext; !sc.ReadOnlyRootFilesystem || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
+		t.Errorf("container securityContext = %+v, want a read-only root file system and no privilege escalation", sc)
+	}
+
+	// The probes reach the port the projector listens on.
+	_, addrPort, _ := net.SplitHostPort(ms["ConfigMap"].Data["PROJECTOR_HTTP_ADDR"])
+	ports := map[string]string{}
+	for _, p := range c.Ports {
+		ports[p.Name] = strconv.Itoa(p.ContainerPort)
+	}
+	tests := []struct {
+		name  string
+		probe *probe
+		path  string
+	}{
+		{"startupProbe", c.StartupProbe, "/healthz"},
+		{"livenessProbe", c.LivenessProbe, "/healthz"},
+		{"readinessProbe", c.ReadinessProbe, "/readyz"},
+	}
+	for _, tt := range tests {
+		if tt.probe == nil {
+			t.Errorf("no %s", tt.name)
+			continue
+		}
+		if got := tt.probe.HTTPGet; got.Path != tt.path || ports[got.Port] != addrPort {
+			t.Errorf("%s gets %s on port %q (%s), want %s on port %s of PROJECTOR_HTTP_ADDR", tt.name, got.Path, got.Port, ports[got.Port], tt.path, addrPort)
+		}
+	}
+
+	// Service and PodDisruptionBudget select the Deployment's pods.
+	podLabels := d.Spec.Template.Metadata.Labels
+	for _, kind := range []string{"Deployment", "Service", "PodDisruptionBudget"} {
+		sel := ms[kind].Spec.Selector.labels()
+		if len(sel) == 0 {
+			t.Errorf("%s selects nothing", kind)
+		}
+		for k, v := range sel {
+			if podLabels[k] != v {
+				t.Errorf("%s selects %v, which the pods (labels %v) do not match", kind, sel, podLabels)
+			}
+		}
+	}
+	for _, p := range ms["Service"].Spec.Ports {
+		if _, ok := ports[p.TargetPort]; !ok {
+			t.Errorf("the Service targets port %q, which the container does not name", p.TargetPort)
+		}
+	}
+}
+
+// TestKustomization requires kustomization.yaml to apply every manifest
+// but the example Secret.
+func TestKustomization(t *testing.T) {
+	var k manifest
+	readYAML(t, "k8s/kustomization.yaml", &k)
+	files, err := filepath.Glob("k8s/*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]bool{}
+	for _, f := range files {
+		if b := filepath.Base(f); b != "kustomization.yaml" && b != "secret.example.yaml" {
+			want[b] = true
+		}
+	}
+	got := map[string]bool{}
+	for _, r := range k.Resources {
+		got[r] = true
+	}
+	if !maps.Equal(got, want) {
+		t.Errorf("kustomization resources = %v, want %v", slices.Sorted(maps.Keys(got)), slices.Sorted(maps.Keys(want)))
+	}
+	if _, err := os.Stat("k8s/README.md"); err != nil {
+		t.Error(err)
+	}
+}
+
+// bytesOf reads a memory quantity in the forms Kubernetes (256Mi) and
+// GOMEMLIMIT (230MiB) use.
+func bytesOf(t *testing.T, q string) int64 {
+	t.Helper()
+	units := []struct {
+		suffix string
+		shift  uint
+	}{{"KiB", 10}, {"MiB", 20}, {"GiB", 30}, {"Ki", 10}, {"Mi", 20}, {"Gi", 30}}
+	for _, u := range units {
+		if n, ok := strings.CutSuffix(q, u.suffix); ok {
+			v, err := strconv.ParseInt(n, 10, 64)
+			if err != nil {
+				t.Fatalf("quantity %q: %v", q, err)
+			}
+			return v << u.shift
+		}
+	}
+	t.Fatalf("quantity %q: want a number with Ki, Mi, Gi (or KiB, MiB, GiB)", q)
+	return 0
+}

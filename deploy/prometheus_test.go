@@ -1,0 +1,228 @@
+package deploy
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/projector/projector/internal/testenv"
+)
+
+// promtool returns the path of promtool, from Debian's prometheus package
+// (.ci/run installs it), or skips (fails in CI) when it is missing.
+func promtool(t *testing.T) string {
+	t.Helper()
+	path, err := exec.LookPath("promtool")
+	if err != nil {
+		testenv.Missing(t, "promtool", "not on PATH (apt-get install --no-install-recommends prometheus)")
+	}
+	return path
+}
+
+func TestPromtool(t *testing.T) {
+	tool := promtool(t)
+	tests := []struct {
+		name string
+		args []string
+	}{
+		{"alert rules", []string{"check", "rules", "alerts.yml"}},
+		{"prometheus config", []string{"check", "config", "prometheus.yml"}},
+		{"alert rule tests", []string{"test", "rules", "alerts_test.yml"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			out, err := exec.Command(tool, tt.args...).CombinedOutput()
+			if err != nil {
+				t.Errorf("promtool %s: %v\n%s", strings.Join(tt.args, " "), err, out)
+			}
+		})
+	}
+}
+
+// alertRule is one rule of alerts.yml.
+type alertRule struct {
+	Alert       string            `yaml:"alert"`
+	Expr        string            `yaml:"expr"`
+	Labels      map[string]string `yaml:"labels"`
+	Annotations map[string]string `yaml:"annotations"`
+}
+
+func readAlerts(t *testing.T) []alertRule {
+	t.Helper()
+	var f struct {
+		Groups []struct {
+			Rules []alertRule `yaml:"rules"`
+		} `yaml:"groups"`
+	}
+	readYAML(t, "alerts.yml", &f)
+	var out []alertRule
+	for _, g := range f.Groups {
+		out = append(out, g.Rules...)
+	}
+	if len(out) == 0 {
+		t.Fatal("alerts.yml has no rules")
+	}
+	return out
+}
+
+// TestAlertsDocumented requires every alert to say how bad it is, what
+// happened and where the operator reads what to do.
+func TestAlertsDocumented(t *testing.T) {
+	for _, r := range readAlerts(t) {
+		t.Run(r.Alert, func(t *testing.T) {
+			if s := r.Labels["severity"]; s != "critical" && s != "warning" {
+				t.Errorf("severity = %q, want critical or warning", s)
+			}
+			if r.Annotations["summary"] == "" {
+				t.Error("no summary")
+			}
+			if d := r.Annotations["description"]; !strings.Contains(d, `docs/operations.md, section "`) {
+				t.Errorf("description = %q, want it to name a section of docs/operations.md", d)
+			}
+		})
+	}
+}
+
+// TestAlertsTested requires alerts_test.yml to see every alert of
+// alerts.yml both firing and not firing.
+func TestAlertsTested(t *testing.T) {
+	var f struct {
+		Tests []struct {
+			AlertRuleTest []struct {
+				Alertname string    `yaml:"alertname"`
+				ExpAlerts yaml.Node `yaml:"exp_alerts"`
+			} `yaml:"alert_rule_test"`
+		} `yaml:"tests"`
+	}
+	readYAML(t, "alerts_test.yml", &f)
+	fires, quiet := map[string]bool{}, map[string]bool{}
+	for _, tc := range f.Tests {
+		for _, a := range tc.AlertRuleTest {
+			if len(a.ExpAlerts.Content) > 0 {
+				fires[a.Alertname] = true
+			} else {
+				quiet[a.Alertname] = true
+			}
+		}
+	}
+	for _, r := range readAlerts(t) {
+		if !fires[r.Alert] || !quiet[r.Alert] {
+			t.Errorf("alerts_test.yml: %s tested firing %v, not firing %v; want both", r.Alert, fires[r.Alert], quiet[r.Alert])
+		}
+	}
+}
+
+// dashboard is the part of a Grafana dashboard the tests read.
+type dashboard struct {
+	UID    string  `json:"uid"`
+	Panels []panel `json:"panels"`
+}
+
+type panel struct {
+	ID         int    `json:"id"`
+	Type       string `json:"type"`
+	Title      string `json:"title"`
+	Datasource *struct {
+		UID string `json:"uid"`
+	} `json:"datasource"`
+	Targets []struct {
+		Expr string `json:"expr"`
+	} `json:"targets"`
+}
+
+func readDashboard(t *testing.T) dashboard {
+	t.Helper()
+	b, err := os.ReadFile("grafana/dashboards/projector.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d dashboard
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatalf("projector.json: %v", err)
+	}
+	return d
+}
+
+// TestDashboard checks that every panel queries the provisioned data
+// source, and that every query is valid PromQL: promtool checks them as
+// recording rules once Grafana's variables are replaced by values.
+func TestDashboard(t *testing.T) {
+	d := readDashboard(t)
+	var ds struct {
+		Datasources []struct {
+			UID string `yaml:"uid"`
+		} `yaml:"datasources"`
+	}
+	readYAML(t, "grafana/provisioning/datasources/prometheus.yml", &ds)
+	if len(ds.Datasources) != 1 {
+		t.Fatalf("%d provisioned data sources, want 1", len(ds.Datasources))
+	}
+	uid := ds.Datasources[0].UID
+	if d.UID == "" {
+		t.Error("the dashboard has no uid, so its address changes with every provisioning")
+	}
+
+	grafanaVars := strings.NewReplacer("$__rate_interval", "1m", "$__range", "1h", "$instance", ".*")
+	type rule struct {
+		Record string `yaml:"record"`
+		Expr   string `yaml:"expr"`
+	}
+	var rules []rule
+	ids := map[int]string{}
+	for _, p := range d.Panels {
+		if prev, dup := ids[p.ID]; dup {
+			t.Errorf("panels %q and %q share id %d", prev, p.Title, p.ID)
+		}
+		ids[p.ID] = p.Title
+		if p.Type == "row" {
+			continue
+		}
+		if p.Datasource == nil || p.Datasource.UID != uid {
+			t.Errorf("panel %q: data source %+v, want uid %q", p.Title, p.Datasource, uid)
+		}
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		for _, tg := range p.Targets {
+			rules = append(rules, rule{Record: fmt.Sprintf("dashboard:query_%d", len(rules)), Expr: grafanaVars.Replace(tg.Expr)})
+		}
+	}
+
+	tool := promtool(t)
+	b, err := yaml.Marshal(map[string]any{"groups": []any{map[string]any{"name": "dashboard", "rules": rules}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "dashboard-rules.yml")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command(tool, "check", "rules", path).CombinedOutput(); err != nil {
+		t.Errorf("dashboard queries are not valid PromQL: %v\n%s", err, out)
+	}
+}
+
+// TestDashboardCoversAlerts requires the dashboard to show every projector
+// metric an alert fires on, so an operator paged by one finds it there.
+func TestDashboardCoversAlerts(t *testing.T) {
+	var exprs []string
+	for _, p := range readDashboard(t).Panels {
+		for _, tg := range p.Targets {
+			exprs = append(exprs, tg.Expr)
+		}
+	}
+	all := strings.Join(exprs, "\n")
+	for _, r := range readAlerts(t) {
+		for _, f := range strings.FieldsFunc(r.Expr, func(c rune) bool { return !(c == '_' || c >= 'a' && c <= 'z') }) {
+			if strings.HasPrefix(f, "projector_") && !strings.Contains(all, f) {
+				t.Errorf("alert %s uses %s, which no dashboard panel shows", r.Alert, f)
+			}
+		}
+	}
+}
