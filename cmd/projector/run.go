@@ -20,7 +20,6 @@ import (
 
 	"github.com/projector/projector/internal/consume"
 	"github.com/projector/projector/internal/dlq"
-	"github.com/projector/projector/internal/embed"
 	"github.com/projector/projector/internal/event"
 	"github.com/projector/projector/internal/fault"
 	"github.com/projector/projector/internal/fence"
@@ -35,6 +34,7 @@ type runFlags struct {
 	log    logFlags
 	kafka  kafkaFlags
 	stores storeFlags
+	embed  embedderFlags
 
 	topic           string
 	group           string
@@ -64,6 +64,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	f.log.register(fs)
 	f.kafka.register(fs)
 	f.stores.register(fs)
+	f.embed.register(fs)
 	fs.StringVar(&f.topic, "topic", "documents", "topic of the document events")
 	fs.StringVar(&f.group, "group", "projector", "consumer group; run more processes in the same group to scale out, one writer per partition")
 	fs.StringVar(&f.dlqTopic, "dlq-topic", "documents.dlq", "dead-letter topic for records that cannot be projected")
@@ -93,6 +94,9 @@ func runCommand(ctx context.Context, args []string, e env) error {
 	fs := newFlagSet("run", "run [flags]", e)
 	f.register(fs)
 	if err := parse(fs, args, e); err != nil {
+		return err
+	}
+	if err := f.embed.resolve(fs, &f.stores.vectorDim, e.getenv); err != nil {
 		return err
 	}
 	log, err := f.log.logger(e)
@@ -132,12 +136,39 @@ func runService(ctx context.Context, f *runFlags, log *zap.Logger, getenv func(s
 	status := health.New()
 	status.Register(reg)
 
+	// The HTTP server starts first, so /healthz answers and /readyz says
+	// why it is not ready while the stores are prepared.
+	srv := httpserver.New(httpserver.Config{Addr: f.httpAddr, Pprof: f.pprof}, log.With(zap.String("component", "http")), reg, status)
+	status.Fail("startup", "preparing the stores and the Kafka clients")
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return srv.Run(gctx) })
+	g.Go(func() error {
+		return serve(gctx, f, log, reg, status, faults, fenceMode, onConflict, onMismatch)
+	})
+	err = g.Wait()
+	if err != nil && ctx.Err() != nil && errors.Is(err, context.Canceled) {
+		// Asked to stop while still starting (preparing a store, say):
+		// that is a clean shutdown, not a failure.
+		err = nil
+	}
+	log.Info("projector stopped")
+	return err
+}
+
+// serve prepares the stores and Kafka clients and runs the consumer until
+// ctx ends.
+func serve(ctx context.Context, f *runFlags, log *zap.Logger, reg *prometheus.Registry, status *health.Status,
+	faults *fault.Injector, fenceMode fence.Mode, onConflict project.ConflictPolicy, onMismatch project.FencePolicy) error {
 	st, err := f.stores.open(ctx)
 	if err != nil {
 		return err
 	}
 	defer st.close(context.WithoutCancel(ctx))
 	if err := st.migrate(ctx, log); err != nil {
+		return err
+	}
+	embedder, err := f.embed.open(ctx, log.With(zap.String("component", "embed")), reg, st.relational)
+	if err != nil {
 		return err
 	}
 
@@ -167,7 +198,7 @@ func runService(ctx context.Context, f *runFlags, log *zap.Logger, getenv func(s
 		MaxBatchChunks: f.maxBatchChunks, Writer: f.instanceID, RetryMax: f.retryMax,
 	}, log.With(zap.String("component", "project")), reg, project.Deps{
 		Decoder:     dec,
-		Embedder:    embed.NewHashing(f.stores.vectorDim),
+		Embedder:    embedder,
 		Index:       faults.WrapIndex(st.index),
 		Graph:       st.graph,
 		Relational:  st.relational,
@@ -186,19 +217,15 @@ func runService(ctx context.Context, f *runFlags, log *zap.Logger, getenv func(s
 	if err != nil {
 		return err
 	}
-	srv := httpserver.New(httpserver.Config{Addr: f.httpAddr, Pprof: f.pprof}, log.With(zap.String("component", "http")), reg, status)
-
 	log.Info("projector starting", zap.String("topic", f.topic), zap.String("group", f.group), zap.String("dlq_topic", f.dlqTopic),
 		zap.String("fence", string(fenceMode)), zap.String("on_conflict", string(onConflict)), zap.String("on_fence_mismatch", string(onMismatch)))
+	status.Recover("startup")
 	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return srv.Run(gctx) })
 	g.Go(func() error { return cons.Run(gctx) })
 	g.Go(func() error {
 		return status.Watch(gctx, log.With(zap.String("component", "health")), 5*time.Second, st.index, st.graph, st.relational)
 	})
-	err = g.Wait()
-	log.Info("projector stopped")
-	return err
+	return g.Wait()
 }
 
 // ensureTopics creates the dead-letter topic when it is missing, so the

@@ -229,6 +229,10 @@ func (p *Projector) handle(ctx context.Context, items []item) error {
 	}
 	pl := fold(states, items, p.cfg.OnConflict, p.cfg.Writer)
 	w, err := p.buildWrite(ctx, pl)
+	if KindOf(err) == Rejected && ctx.Err() == nil {
+		// The embedder refused a text: only its record is dead-lettered.
+		return p.isolate(ctx, items, err)
+	}
 	if err != nil {
 		return err
 	}

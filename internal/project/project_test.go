@@ -112,7 +112,9 @@ func (m memIndex) Apply(_ context.Context, w *Write) error { return m.apply(w, n
 
 type memRelational struct{ *memStore }
 
-func (m memRelational) Apply(_ context.Context, w *Write, l []LedgerEntry) error { return m.apply(w, l) }
+func (m memRelational) Apply(_ context.Context, w *Write, l []LedgerEntry) error {
+	return m.apply(w, l)
+}
 
 // memLetters records dead letters.
 type memLetters struct {

@@ -54,6 +54,17 @@ CREATE TABLE ledger (
 CREATE INDEX ledger_document_version ON ledger (document_key, version);
 CREATE INDEX ledger_projected_at ON ledger (projected_at);
 `,
+	// 2: the embedding cache (embedcache.go).
+	`
+CREATE TABLE embedding_cache (
+	model       text NOT NULL,
+	dim         integer NOT NULL,
+	text_sha256 bytea NOT NULL,
+	vector      bytea NOT NULL,
+	created_at  timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (model, dim, text_sha256)
+);
+`,
 }
 
 // migrationLock is the advisory lock key that serialises migrations when
