@@ -85,7 +85,11 @@ func TestObservability(t *testing.T) {
 	// A fence mismatch that re-projection cannot fix, with the halt policy:
 	// the index drops the document's writes.
 	w.publishFile([]string{string(doc{Key: w.key("dropped"), Version: 1, Title: "Lost", Chunks: []string{"never indexed"}}.value())})
-	p = w.start([]string{"PROJECTOR_FAULTS=drop-index=" + w.key("dropped")}, "--on-fence-mismatch", "halt", "--trace-topic", traceTopic)
+	// This run also embeds through an HTTP endpoint, so the embedder's own
+	// metrics are scraped too (into a collection of the endpoint's size).
+	embedder := newEmbedServer(t, 0)
+	p = w.start(append([]string{"PROJECTOR_FAULTS=drop-index=" + w.key("dropped")}, embedEnv...),
+		embedder.embedArgs("--on-fence-mismatch", "halt", "--trace-topic", traceTopic, "--qdrant-collection", w.collection+"_http")...)
 	m = p.waitMetrics(2*time.Minute, "a halted partition", func(m map[string]float64) bool {
 		for _, v := range series(m, "projector_partition_halted") {
 			if v == 1 {
