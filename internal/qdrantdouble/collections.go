@@ -99,11 +99,10 @@ func (s *collectionsService) Get(_ context.Context, req *qdrant.GetCollectionInf
 	}
 	schema := make(map[string]*qdrant.PayloadSchemaInfo, len(c.indexes))
 	for key, idx := range c.indexes {
-		n := c.indexedPoints(idx)
 		schema[key] = &qdrant.PayloadSchemaInfo{
 			DataType: idx.schema,
 			Params:   proto.CloneOf(idx.params),
-			Points:   &n,
+			Points:   qdrant.PtrOf(idx.count),
 		}
 	}
 	count := uint64(len(c.points))
@@ -129,18 +128,6 @@ func (s *collectionsService) Get(_ context.Context, req *qdrant.GetCollectionInf
 		},
 		Time: time.Since(start).Seconds(),
 	}, nil
-}
-
-// indexedPoints counts the points an index holds: those with at least one
-// value of the index's type under its key.
-func (c *collection) indexedPoints(idx *fieldIndex) uint64 {
-	n := uint64(0)
-	for _, p := range c.points {
-		if v, ok := lookup(p.payload, idx.path); ok && anyElement(v, idx.holds) {
-			n++
-		}
-	}
-	return n
 }
 
 // List returns the collection names, sorted (Qdrant's order is unspecified).

@@ -90,10 +90,7 @@ func compileCondition(c *qdrant.Condition) (predicate, error) {
 		if err != nil {
 			return nil, err
 		}
-		set := make(map[pointID]bool, len(ids))
-		for _, id := range ids {
-			set[id] = true
-		}
+		set := setOf(ids)
 		return func(p *point) bool { return set[p.id] }, nil
 	case *qdrant.Condition_Filter:
 		return compileFilter(v.Filter)
@@ -218,25 +215,25 @@ func compileMatch(m *qdrant.Match) (func(*qdrant.Value) bool, error) {
 			return ok && b.BoolValue == mv.Boolean
 		}, nil
 	case *qdrant.Match_Keywords:
-		set := mv.Keywords.GetStrings()
+		set := setOf(mv.Keywords.GetStrings())
 		return func(v *qdrant.Value) bool {
 			s, ok := v.GetKind().(*qdrant.Value_StringValue)
-			return ok && slices.Contains(set, s.StringValue)
+			return ok && set[s.StringValue]
 		}, nil
 	case *qdrant.Match_Integers:
-		set := mv.Integers.GetIntegers()
+		set := setOf(mv.Integers.GetIntegers())
 		return func(v *qdrant.Value) bool {
 			i, ok := v.GetKind().(*qdrant.Value_IntegerValue)
-			return ok && slices.Contains(set, i.IntegerValue)
+			return ok && set[i.IntegerValue]
 		}, nil
 	case *qdrant.Match_ExceptKeywords:
-		set := mv.ExceptKeywords.GetStrings()
+		set := setOf(mv.ExceptKeywords.GetStrings())
 		// Qdrant: a string must be outside the list, null never matches, and
 		// every other value (number, bool, object, nested array) matches.
 		return func(v *qdrant.Value) bool {
 			switch k := v.GetKind().(type) {
 			case *qdrant.Value_StringValue:
-				return !slices.Contains(set, k.StringValue)
+				return !set[k.StringValue]
 			case *qdrant.Value_NullValue:
 				return false
 			default:
@@ -244,13 +241,13 @@ func compileMatch(m *qdrant.Match) (func(*qdrant.Value) bool, error) {
 			}
 		}, nil
 	case *qdrant.Match_ExceptIntegers:
-		set := mv.ExceptIntegers.GetIntegers()
+		set := setOf(mv.ExceptIntegers.GetIntegers())
 		// Qdrant: an integer must be outside the list, null never matches, and
 		// every other value (double, string, bool, object, nested array) matches.
 		return func(v *qdrant.Value) bool {
 			switch k := v.GetKind().(type) {
 			case *qdrant.Value_IntegerValue:
-				return !slices.Contains(set, k.IntegerValue)
+				return !set[k.IntegerValue]
 			case *qdrant.Value_NullValue:
 				return false
 			default:
@@ -262,6 +259,16 @@ func compileMatch(m *qdrant.Match) (func(*qdrant.Value) bool, error) {
 	default:
 		return nil, errInvalid("Malformed Match condition")
 	}
+}
+
+// setOf returns values as a set, for conditions checked against many points:
+// a match-any of a batch's 500 keys, a has_id of its 1000 ids.
+func setOf[T comparable](values []T) map[T]bool {
+	set := make(map[T]bool, len(values))
+	for _, v := range values {
+		set[v] = true
+	}
+	return set
 }
 
 // inRange reports whether a numeric payload value lies in r; every bound given

@@ -27,8 +27,9 @@ type pointsService struct {
 	store *store
 }
 
-// CreateFieldIndex records a keyword or integer payload index. Creating it
-// again replaces it, as in Qdrant.
+// CreateFieldIndex builds a keyword or integer payload index over the points
+// stored, which every write then keeps up to date. Creating it again replaces
+// it, as in Qdrant.
 func (s *pointsService) CreateFieldIndex(_ context.Context, req *qdrant.CreateFieldIndexCollection) (*qdrant.PointsOperationResponse, error) {
 	start := time.Now()
 	path, err := parsePath(req.GetFieldName())
@@ -45,7 +46,7 @@ func (s *pointsService) CreateFieldIndex(_ context.Context, req *qdrant.CreateFi
 	if err != nil {
 		return nil, err
 	}
-	c.indexes[req.GetFieldName()] = &fieldIndex{path: path, schema: schema, params: proto.CloneOf(req.GetFieldIndexParams())}
+	c.createIndex(req.GetFieldName(), newFieldIndex(path, schema, proto.CloneOf(req.GetFieldIndexParams())))
 	return c.completeWrite(req.Wait, start), nil
 }
 
@@ -98,7 +99,7 @@ func (s *pointsService) Upsert(_ context.Context, req *qdrant.UpsertPoints) (*qd
 		points = append(points, p)
 	}
 	for _, p := range points { // in order: the last of duplicate ids wins, as in Qdrant
-		c.points[p.id] = p
+		c.put(p)
 	}
 	return c.completeWrite(req.Wait, start), nil
 }
@@ -160,7 +161,7 @@ func (s *pointsService) Delete(_ context.Context, req *qdrant.DeletePoints) (*qd
 		return nil, errUnsupported("shard key selectors")
 	}
 	var ids []pointID
-	match := predicate(nil)
+	var f *filter
 	switch sel := req.GetPoints().GetPointsSelectorOneOf().(type) {
 	case *qdrant.PointsSelector_Points:
 		var err error
@@ -169,7 +170,7 @@ func (s *pointsService) Delete(_ context.Context, req *qdrant.DeletePoints) (*qd
 		}
 	case *qdrant.PointsSelector_Filter:
 		var err error
-		if match, err = compileFilter(sel.Filter); err != nil {
+		if f, err = newFilter(sel.Filter); err != nil {
 			return nil, err
 		}
 	default:
@@ -182,13 +183,11 @@ func (s *pointsService) Delete(_ context.Context, req *qdrant.DeletePoints) (*qd
 		return nil, err
 	}
 	for _, id := range ids {
-		delete(c.points, id)
+		c.remove(id)
 	}
-	if match != nil {
-		for id, p := range c.points {
-			if match(p) {
-				delete(c.points, id)
-			}
+	if f != nil {
+		for _, p := range slices.Collect(c.matching(f)) {
+			c.remove(p.id)
 		}
 	}
 	return c.completeWrite(req.Wait, start), nil
@@ -238,7 +237,7 @@ func (s *pointsService) Count(_ context.Context, req *qdrant.CountPoints) (*qdra
 	if req.ShardKeySelector != nil {
 		return nil, errUnsupported("shard key selectors")
 	}
-	match, err := compileFilter(req.GetFilter())
+	f, err := newFilter(req.GetFilter())
 	if err != nil {
 		return nil, err
 	}
@@ -249,10 +248,8 @@ func (s *pointsService) Count(_ context.Context, req *qdrant.CountPoints) (*qdra
 		return nil, err
 	}
 	n := uint64(0)
-	for _, p := range c.points {
-		if match(p) {
-			n++
-		}
+	for range c.matching(f) {
+		n++
 	}
 	return &qdrant.CountResponse{Result: &qdrant.CountResult{Count: n}, Time: time.Since(start).Seconds()}, nil
 }
@@ -285,7 +282,7 @@ func (s *pointsService) Scroll(_ context.Context, req *qdrant.ScrollPoints) (*qd
 		}
 		offset = &id
 	}
-	match, err := compileFilter(req.GetFilter())
+	f, err := newFilter(req.GetFilter())
 	if err != nil {
 		return nil, err
 	}
@@ -303,15 +300,10 @@ func (s *pointsService) Scroll(_ context.Context, req *qdrant.ScrollPoints) (*qd
 	if err != nil {
 		return nil, err
 	}
-	page := c.sortedPoints(match)
-	if offset != nil {
-		from, _ := slices.BinarySearchFunc(page, *offset, func(p *point, id pointID) int { return p.id.compare(id) })
-		page = page[from:]
-	}
+	page, next := c.scroll(f, offset, int(limit))
 	resp := &qdrant.ScrollResponse{}
-	if len(page) > int(limit) {
-		resp.NextPageOffset = page[limit].id.proto()
-		page = page[:limit]
+	if next != nil {
+		resp.NextPageOffset = next.id.proto()
 	}
 	resp.Result = make([]*qdrant.RetrievedPoint, len(page))
 	for i, p := range page {
@@ -319,13 +311,6 @@ func (s *pointsService) Scroll(_ context.Context, req *qdrant.ScrollPoints) (*qd
 	}
 	resp.Time = time.Since(start).Seconds()
 	return resp, nil
-}
-
-// facetValue is one distinct value of a faceted key.
-type facetValue struct {
-	isInt bool
-	str   string
-	num   int64
 }
 
 // Facet counts, for each value of an indexed keyword or integer key, the
@@ -345,7 +330,7 @@ func (s *pointsService) Facet(_ context.Context, req *qdrant.FacetCounts) (*qdra
 	if limit == 0 {
 		return nil, errInvalid("Validation error in body: [limit: value 0 invalid, must be 1 or larger]")
 	}
-	match, err := compileFilter(req.GetFilter())
+	f, err := newFilter(req.GetFilter())
 	if err != nil {
 		return nil, err
 	}
@@ -359,26 +344,12 @@ func (s *pointsService) Facet(_ context.Context, req *qdrant.FacetCounts) (*qdra
 	if !ok || !idx.facetable() {
 		return nil, errNoFacetIndex(req.GetKey())
 	}
-	counts := make(map[facetValue]uint64)
-	for _, p := range c.points {
-		v, ok := lookup(p.payload, idx.path)
-		if !ok || !match(p) {
-			continue
-		}
-		seen := make(map[facetValue]bool)
-		for _, e := range elements(v) {
-			if !idx.holds(e) {
-				continue
-			}
-			switch k := e.GetKind().(type) {
-			case *qdrant.Value_StringValue:
-				seen[facetValue{str: k.StringValue}] = true
-			case *qdrant.Value_IntegerValue:
-				seen[facetValue{isInt: true, num: k.IntegerValue}] = true
-			}
-		}
-		for fv := range seen {
-			counts[fv]++
+	counts := make(map[indexValue]uint64)
+	var vals []indexValue
+	for p := range c.matching(f) {
+		vals = idx.appendValues(vals[:0], p)
+		for _, v := range vals {
+			counts[v]++
 		}
 	}
 	hits := make([]*qdrant.FacetHit, 0, len(counts))

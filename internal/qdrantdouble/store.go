@@ -15,12 +15,15 @@ import (
 
 // store is the in-memory state of every collection.
 //
-// One RWMutex guards all of it, collections and their points alike: read RPCs
-// hold it shared, write RPCs exclusively, each for the whole call. A test
-// double serves a few callers at a time, and a single lock makes every RPC
-// atomic and linearizable, so a reader sees a write whole or not at all. The
-// store owns every value in it: requests are copied in and responses copied
-// out, so no caller can alias stored state.
+// One RWMutex guards all of it, collections and their points, payload indexes
+// and id orders alike: read RPCs hold it shared, write RPCs exclusively, each
+// for the whole call. A test double serves a few callers at a time, and a
+// single lock makes every RPC atomic and linearizable, so a reader sees a
+// write whole or not at all. Writes bring the indexes and the id order up to
+// date before they return, so a read never changes anything and readers
+// holding the lock together cannot race. The store owns every value in it:
+// requests are copied in and responses copied out, so no caller can alias
+// stored state.
 type store struct {
 	mu          sync.RWMutex
 	collections map[string]*collection // guarded by mu
@@ -42,49 +45,56 @@ func (s *store) collection(name string) (*collection, error) {
 
 // collection is one Qdrant collection with a single unnamed dense vector.
 // All of its fields are guarded by store.mu.
+//
+// Invariant, kept by put and remove, the only writers of points: order holds
+// exactly the ids of points, and every index in indexes holds exactly the
+// values of points (fieldIndex.appendValues). Plans and ordered scrolls rely on it.
 type collection struct {
 	vectors *qdrant.VectorParams // as created; Size and Distance drive upserts
 	// onDiskPayload is echoed by Get; the double keeps everything in memory.
 	onDiskPayload bool
 	points        map[pointID]*point
+	order         idOrder                // the ids of points, in Qdrant's order
 	indexes       map[string]*fieldIndex // payload key -> its index
 	lastOp        uint64                 // operation id of the last write
 }
 
-// fieldIndex is a payload index created by CreateFieldIndex. The double does
-// not need it to filter; it exists because Qdrant lists it in payload_schema
-// and requires it for Facet.
-type fieldIndex struct {
-	path   []string // the indexed key, parsed
-	schema qdrant.PayloadSchemaType
-	params *qdrant.PayloadIndexParams // nil when created without params
-}
-
-// facetable reports whether Qdrant can facet on the index: a keyword index, or
-// an integer index that keeps its value lookup map.
-func (f *fieldIndex) facetable() bool {
-	switch f.schema {
-	case qdrant.PayloadSchemaType_Keyword:
-		return true
-	case qdrant.PayloadSchemaType_Integer:
-		p := f.params.GetIntegerIndexParams()
-		return p == nil || p.Lookup == nil || *p.Lookup
-	default:
-		return false
+// put stores p, replacing the point with its id if there is one: the payload
+// indexes drop the old point's values and take the new one's.
+func (c *collection) put(p *point) {
+	if old, ok := c.points[p.id]; ok {
+		for _, idx := range c.indexes {
+			idx.remove(old)
+		}
+	} else {
+		c.order.insert(p.id)
+	}
+	c.points[p.id] = p
+	for _, idx := range c.indexes {
+		idx.add(p)
 	}
 }
 
-// holds reports whether the index holds value v, that is whether v has the
-// index's type: Qdrant's keyword index keeps strings, its integer index integers.
-func (f *fieldIndex) holds(v *qdrant.Value) bool {
-	switch v.GetKind().(type) {
-	case *qdrant.Value_StringValue:
-		return f.schema == qdrant.PayloadSchemaType_Keyword
-	case *qdrant.Value_IntegerValue:
-		return f.schema == qdrant.PayloadSchemaType_Integer
-	default:
-		return false
+// remove deletes the point with id, if there is one.
+func (c *collection) remove(id pointID) {
+	p, ok := c.points[id]
+	if !ok {
+		return
 	}
+	for _, idx := range c.indexes {
+		idx.remove(p)
+	}
+	c.order.remove(id)
+	delete(c.points, id)
+}
+
+// createIndex indexes key, replacing its index if there is one, and indexes
+// the points already stored.
+func (c *collection) createIndex(key string, idx *fieldIndex) {
+	for _, p := range c.points {
+		idx.add(p)
+	}
+	c.indexes[key] = idx
 }
 
 // point is a stored point. vector and payload are owned by the store.
@@ -108,18 +118,6 @@ func (c *collection) completeWrite(wait *bool, start time.Time) *qdrant.PointsOp
 		Result: &qdrant.UpdateResult{OperationId: &op, Status: st},
 		Time:   time.Since(start).Seconds(),
 	}
-}
-
-// sortedPoints returns the points that pass match in Qdrant's id order.
-func (c *collection) sortedPoints(match predicate) []*point {
-	out := make([]*point, 0, len(c.points))
-	for _, p := range c.points {
-		if match(p) {
-			out = append(out, p)
-		}
-	}
-	slices.SortFunc(out, func(a, b *point) int { return a.id.compare(b.id) })
-	return out
 }
 
 // storeVector returns the vector as Qdrant stores it. Cosine collections keep
