@@ -50,12 +50,15 @@ lint:
 	@unformatted="$$(gofmt -l .)"; if [ -n "$$unformatted" ]; then echo "gofmt needed:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 
-# Longer fuzzing than the seed corpora CI runs: FUZZTIME=10m make fuzz
+# Longer fuzzing than the seed corpora CI runs (internal/*/testdata/fuzz and
+# the f.Add seeds run with every `go test`): FUZZTIME=10m make fuzz. A crasher
+# lands in the package's testdata/fuzz; commit it with the fix.
 FUZZTIME ?= 1m
 fuzz:
 	$(GO) test -run=^$$ -fuzz=FuzzDecode -fuzztime=$(FUZZTIME) ./internal/event/
 	$(GO) test -run=^$$ -fuzz=FuzzSplit -fuzztime=$(FUZZTIME) ./internal/event/
 	$(GO) test -run=^$$ -fuzz=FuzzChunkID -fuzztime=$(FUZZTIME) ./internal/keys/
+	$(GO) test -run=^$$ -fuzz=FuzzHandle -fuzztime=$(FUZZTIME) ./internal/project/
 
 bench:
 	$(GO) test -run=^$$ -bench=. -benchmem ./internal/...

@@ -7,6 +7,20 @@
 #   neo4j     the Neo4j Community engine with Bolt, jars from Maven Central (scripts/neo4j)
 #   qdrant    the Qdrant test double, built from ./cmd/qdrant-double
 #
+# Beside the plain endpoints the suite uses, each store also has a secured one, as
+# production would run it, for the security tests (e2e/security_test.go): a
+# throwaway CA and a server certificate for 127.0.0.1 and localhost (.services/tls,
+# made with openssl), and random dev secrets (.services/secrets, mode 600):
+#
+#   postgres  TLS on the same port; role projector_tls may only connect over TLS
+#             (hostssl), its password is in a passfile
+#   kafka     an extra SASL_SSL listener (KAFKA_SECURE_PORT) with SCRAM-SHA-256,
+#             SCRAM-SHA-512 (added through the admin API after start) and PLAIN
+#   neo4j     a second small database in the same JVM with authentication on and
+#             Bolt over TLS only (NEO4J_SECURE_BOLT_PORT)
+#
+# `env` prints them as PROJECTOR_SECURE_* variables, which no flag reads.
+#
 # Usage: scripts/services.sh up|down|status|env|clean [SERVICE...]
 #        scripts/services.sh start|stop|restart SERVICE...
 #
@@ -22,7 +36,8 @@
 # SERVICES="postgres kafka neo4j qdrant"). Run as root: PostgreSQL runs as the
 # postgres user.
 # Ports: PG_PORT (5432), KAFKA_PORT (9092), KAFKA_CONTROLLER_PORT (9093),
-# NEO4J_BOLT_PORT (7687), QDRANT_GRPC_PORT (6334). Versions: KAFKA_VERSION,
+# KAFKA_SECURE_PORT (9094), NEO4J_BOLT_PORT (7687), NEO4J_SECURE_BOLT_PORT (7688),
+# QDRANT_GRPC_PORT (6334). Versions: KAFKA_VERSION,
 # NEO4J_VERSION (default: the ones in scripts/kafka/pom.xml, scripts/neo4j/pom.xml).
 # Data, pid files and logs live in .services/ (logs: .services/logs/SERVICE.log),
 # downloaded jars in .cache/; both are git-ignored.
@@ -34,6 +49,8 @@ CACHE_DIR=$ROOT/.cache
 LOG_DIR=$SERVICES_DIR/logs
 RUN_DIR=$SERVICES_DIR/run
 BIN_DIR=$SERVICES_DIR/bin
+TLS_DIR=$SERVICES_DIR/tls
+SECRETS_DIR=$SERVICES_DIR/secrets
 
 ALL_SERVICES="postgres kafka neo4j qdrant"
 SERVICES=${SERVICES:-$ALL_SERVICES}
@@ -41,7 +58,9 @@ SERVICES=${SERVICES:-$ALL_SERVICES}
 PG_PORT=${PG_PORT:-5432}
 KAFKA_PORT=${KAFKA_PORT:-9092}
 KAFKA_CONTROLLER_PORT=${KAFKA_CONTROLLER_PORT:-9093}
+KAFKA_SECURE_PORT=${KAFKA_SECURE_PORT:-9094}
 NEO4J_BOLT_PORT=${NEO4J_BOLT_PORT:-7687}
+NEO4J_SECURE_BOLT_PORT=${NEO4J_SECURE_BOLT_PORT:-7688}
 QDRANT_GRPC_PORT=${QDRANT_GRPC_PORT:-6334}
 
 JAVA=${JAVA:-java}
@@ -178,6 +197,52 @@ wait_until() {
 	done
 }
 
+# --- TLS certificates and dev secrets ---------------------------------------------
+
+# ensure_tls: a throwaway CA and one server certificate for 127.0.0.1 and localhost,
+# made once; every secured endpoint presents it, clients trust TLS_DIR/ca.crt. RSA
+# and PKCS#8 keys, which Kafka's PEM key store, Neo4j and PostgreSQL all read.
+ensure_tls() {
+	[[ -f $TLS_DIR/.complete ]] && return
+	command -v openssl >/dev/null || {
+		log "tls: installing openssl"
+		{ apt-get install -y -q openssl || { apt-get update -q && apt-get install -y -q openssl; }; } >"$LOG_DIR/apt-openssl.log" 2>&1 ||
+			fail tls "$LOG_DIR/apt-openssl.log" "apt-get install openssl failed"
+	}
+	log "tls: making a throwaway CA and a server certificate for 127.0.0.1 and localhost in $TLS_DIR"
+	rm -rf "$TLS_DIR"
+	mkdir -p "$TLS_DIR/trusted" "$TLS_DIR/revoked"
+	chmod 755 "$TLS_DIR"
+	(
+		cd "$TLS_DIR"
+		umask 077
+		openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.crt -days 3650 \
+			-subj "/CN=projector throwaway dev CA" \
+			-addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign &&
+			openssl req -newkey rsa:2048 -nodes -keyout server.key -out server.csr -subj "/CN=localhost" &&
+			printf '%s\n' subjectAltName=IP:127.0.0.1,DNS:localhost extendedKeyUsage=serverAuth \
+				basicConstraints=CA:FALSE keyUsage=critical,digitalSignature,keyEncipherment >server.ext &&
+			openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 \
+				-extfile server.ext -out server.crt &&
+			cat server.key server.crt >kafka-keystore.pem &&
+			cp ca.crt trusted/ca.crt &&
+			chmod 644 ca.crt server.crt trusted/ca.crt
+	) >"$LOG_DIR/tls.log" 2>&1 || fail tls "$LOG_DIR/tls.log" "openssl could not make the certificates"
+	touch "$TLS_DIR/.complete"
+}
+
+# secret NAME: print the dev secret NAME, made once as NAME- and 24 random hex
+# digits (distinctive, so a test can find it in anything that leaked it).
+secret() {
+	local f=$SECRETS_DIR/$1
+	if [[ ! -s $f ]]; then
+		mkdir -p "$SECRETS_DIR"
+		chmod 700 "$SECRETS_DIR"
+		(umask 077 && printf '%s-%s\n' "$1" "$(openssl rand -hex 12)" >"$f")
+	fi
+	tr -d '\n' <"$f"
+}
+
 # --- PostgreSQL -----------------------------------------------------------------
 
 # pg_bin: the newest installed server's bin directory (Debian keeps them versioned).
@@ -279,8 +344,51 @@ wait_postgres() {
 		psql_admin -c "CREATE DATABASE projector OWNER projector" >>"$logf" 2>&1 ||
 			fail postgres "$logf" "cannot create database projector"
 	fi
-	log "postgres: up on 127.0.0.1:$PG_PORT ($(psql_admin -c 'SELECT version()' | cut -d, -f1))"
+	secure_postgres
+	log "postgres: up on 127.0.0.1:$PG_PORT ($(psql_admin -c 'SELECT version()' | cut -d, -f1); TLS on, role projector_tls TLS only)"
 }
+
+# secure_postgres: TLS with the dev certificate, and the role projector_tls that
+# may log in only over TLS (hostssl), with a password from a passfile. All of it
+# takes effect on a reload, so a running cluster is secured without a restart;
+# connections without TLS (PROJECTOR_POSTGRES_DSN) keep working for other roles.
+secure_postgres() {
+	local logf=$LOG_DIR/postgres.log home tls hba pw
+	home=$(pg_home)
+	tls=$home/tls
+	hba=$home/data/pg_hba.conf
+	pw=$(secret postgres-password)
+	# The server reads its key as the postgres user, from its own directory.
+	install -d -o postgres -g postgres -m 700 "$tls"
+	install -o postgres -g postgres -m 600 "$TLS_DIR/server.key" "$tls/server.key"
+	install -o postgres -g postgres -m 644 "$TLS_DIR/server.crt" "$tls/server.crt"
+	# The password goes through standard input, never a command line.
+	psql_admin >>"$logf" 2>&1 <<SQL || fail postgres "$logf" "cannot set up TLS and the role projector_tls"
+ALTER SYSTEM SET ssl = on;
+ALTER SYSTEM SET ssl_cert_file = '$tls/server.crt';
+ALTER SYSTEM SET ssl_key_file = '$tls/server.key';
+DO \$\$ BEGIN
+	IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'projector_tls') THEN
+		CREATE ROLE projector_tls LOGIN;
+	END IF; END \$\$;
+ALTER ROLE projector_tls LOGIN PASSWORD '$pw';
+GRANT CONNECT, CREATE ON DATABASE projector TO projector_tls;
+SQL
+	# First match wins: these rules go above initdb's "host all all" lines.
+	if ! grep -q '^# projector_tls' "$hba"; then
+		as_postgres sh -c 'f=$1; { printf "%s\n" \
+			"# projector_tls (scripts/services.sh): over TLS only, with a password" \
+			"hostssl projector projector_tls 127.0.0.1/32 scram-sha-256" \
+			"hostnossl all projector_tls all reject"; cat "$f"; } >"$f.new" && mv "$f.new" "$f"' sh "$hba" ||
+			fail postgres "$logf" "cannot add the hostssl rule to $hba"
+	fi
+	psql_admin -c "SELECT pg_reload_conf()" >>"$logf" 2>&1 || fail postgres "$logf" "cannot reload the configuration"
+	(umask 077 && printf '%s:%s:projector:projector_tls:%s\n' 127.0.0.1 "$PG_PORT" "$pw" localhost "$PG_PORT" "$pw" >"$SECRETS_DIR/pgpass")
+	# A reload is asynchronous: wait until new sessions see TLS on.
+	wait_until postgres "$logf" 10 pg_ssl_on
+}
+
+pg_ssl_on() { [[ $(psql_admin -c 'SHOW ssl') == on ]]; }
 
 stop_postgres() {
 	pg_running || return 0
@@ -307,16 +415,25 @@ kafka_jars() { echo "$CACHE_DIR/kafka-$(kafka_version)-$(cache_key "$KAFKA_POM")
 # write_kafka_config: one node that is both broker and controller (KRaft), written
 # on every start so that port overrides take effect.
 write_kafka_config() {
-	cat >"$KAFKA_HOME/server.properties" <<EOF
+	# It holds the PLAIN password: readable by this user only.
+	(umask 077 && cat >"$KAFKA_HOME/server.properties") <<EOF
 # Written by scripts/services.sh on every start; edits are lost.
 process.roles=broker,controller
 node.id=1
 controller.quorum.bootstrap.servers=127.0.0.1:$KAFKA_CONTROLLER_PORT
-listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT
-advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT
+listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT,SASL_SSL://127.0.0.1:$KAFKA_SECURE_PORT
+advertised.listeners=PLAINTEXT://127.0.0.1:$KAFKA_PORT,CONTROLLER://127.0.0.1:$KAFKA_CONTROLLER_PORT,SASL_SSL://127.0.0.1:$KAFKA_SECURE_PORT
 inter.broker.listener.name=PLAINTEXT
 controller.listener.names=CONTROLLER
-listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL
+# The secured listener: TLS with the dev certificate, then SASL. SCRAM users live
+# in the cluster metadata (wait_kafka adds them); PLAIN's user is listed here.
+listener.name.sasl_ssl.ssl.keystore.type=PEM
+listener.name.sasl_ssl.ssl.keystore.location=$TLS_DIR/kafka-keystore.pem
+listener.name.sasl_ssl.sasl.enabled.mechanisms=SCRAM-SHA-512,SCRAM-SHA-256,PLAIN
+listener.name.sasl_ssl.scram-sha-512.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.scram-sha-256.sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required;
+listener.name.sasl_ssl.plain.sasl.jaas.config=org.apache.kafka.common.security.plain.PlainLoginModule required user_projector="$(secret kafka-password)";
 log.dirs=$KAFKA_HOME/data
 num.partitions=1
 auto.create.topics.enable=true
@@ -335,11 +452,17 @@ start_kafka() {
 	local jars
 	jars=$(kafka_jars)
 	if running_pid kafka >/dev/null; then
-		log "kafka: already running"
-		return
+		# The configuration is written on every start: it tells how this one started.
+		if grep -q '^listeners=.*SASL_SSL://' "$KAFKA_HOME/server.properties" 2>/dev/null; then
+			log "kafka: already running"
+			return
+		fi
+		log "kafka: running without the SASL_SSL listener (started by an older scripts/services.sh); restarting it"
+		stop_pid_service kafka
 	fi
 	require_free_port kafka "$KAFKA_PORT" KAFKA_PORT
 	require_free_port kafka "$KAFKA_CONTROLLER_PORT" KAFKA_CONTROLLER_PORT
+	require_free_port kafka "$KAFKA_SECURE_PORT" KAFKA_SECURE_PORT
 	fetch_jars kafka "$KAFKA_POM" kafka.version "$(kafka_version)" "$jars"
 	go_build kafka-probe ./scripts/kafka/probe
 	mkdir -p "$KAFKA_HOME"
@@ -362,7 +485,7 @@ start_kafka() {
 			-c "$KAFKA_HOME/server.properties" >>"$LOG_DIR/kafka-format.log" 2>&1 ||
 			fail kafka "$LOG_DIR/kafka-format.log" "StorageTool format failed"
 	fi
-	log "kafka: starting Kafka $(kafka_version) on 127.0.0.1:$KAFKA_PORT (controller 127.0.0.1:$KAFKA_CONTROLLER_PORT)"
+	log "kafka: starting Kafka $(kafka_version) on 127.0.0.1:$KAFKA_PORT (controller 127.0.0.1:$KAFKA_CONTROLLER_PORT, SASL_SSL 127.0.0.1:$KAFKA_SECURE_PORT)"
 	launch kafka "$JAVA" "${java_opts[@]}" kafka.Kafka "$KAFKA_HOME/server.properties"
 }
 
@@ -374,12 +497,22 @@ wait_kafka() {
 	# The broker logs its exact version at start (AppInfoParser).
 	version=$(sed -n 's/.*Kafka version: \([^ ]*\).*/\1/p' "$logf" | head -n 1)
 	log "kafka: up on 127.0.0.1:$KAFKA_PORT (Apache Kafka ${version:-?}; ApiVersions match $guess)"
+	# SCRAM credentials are cluster metadata: add them through the admin API on
+	# every start (an upsert), so a broker formatted before they existed gets them
+	# too; then log in over SASL_SSL to prove the listener works.
+	secret kafka-password >/dev/null
+	go_build kafka-scram ./scripts/kafka/scram
+	"$BIN_DIR/kafka-scram" -brokers "127.0.0.1:$KAFKA_PORT" -secure "127.0.0.1:$KAFKA_SECURE_PORT" \
+		-ca-file "$TLS_DIR/ca.crt" -user projector -password-file "$SECRETS_DIR/kafka-password" >"$LOG_DIR/kafka-scram.log" 2>&1 ||
+		fail kafka "$LOG_DIR/kafka-scram.log" "cannot add the SCRAM user projector or log in on 127.0.0.1:$KAFKA_SECURE_PORT"
+	log "kafka: SASL_SSL on 127.0.0.1:$KAFKA_SECURE_PORT (user projector: SCRAM-SHA-512, SCRAM-SHA-256, PLAIN)"
 }
 
 # --- Neo4j ------------------------------------------------------------------------
 
 NEO4J_POM=$ROOT/scripts/neo4j/pom.xml
 NEO4J_HOME=$SERVICES_DIR/neo4j
+NEO4J_SECURE_HOME=$SERVICES_DIR/neo4j-secure
 
 neo4j_version() {
 	echo "${NEO4J_VERSION:-$(sed -n 's:.*<neo4j.version>\(.*\)</neo4j.version>.*:\1:p' "$NEO4J_POM")}"
@@ -390,11 +523,17 @@ neo4j_jars() { echo "$CACHE_DIR/neo4j-$(neo4j_version)-$(cache_key "$NEO4J_POM")
 start_neo4j() {
 	local jars src=$ROOT/scripts/neo4j/Main.java
 	jars=$(neo4j_jars)
-	if running_pid neo4j >/dev/null; then
-		log "neo4j: already running"
-		return
+	local pid
+	if pid=$(running_pid neo4j); then
+		if tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "$NEO4J_SECURE_HOME"; then
+			log "neo4j: already running"
+			return
+		fi
+		log "neo4j: running without the secured instance (started by an older scripts/services.sh); restarting it"
+		stop_pid_service neo4j
 	fi
 	require_free_port neo4j "$NEO4J_BOLT_PORT" NEO4J_BOLT_PORT
+	require_free_port neo4j "$NEO4J_SECURE_BOLT_PORT" NEO4J_SECURE_BOLT_PORT
 	fetch_jars neo4j "$NEO4J_POM" neo4j.version "$(neo4j_version)" "$jars"
 	go_build neo4j-probe ./scripts/neo4j/probe
 	if [[ ! -f $jars/classes/Main.class || $src -nt $jars/classes/Main.class ]]; then
@@ -402,20 +541,29 @@ start_neo4j() {
 		javac -d "$jars/classes" -cp "$jars/lib/*" "$src" >"$LOG_DIR/neo4j-javac.log" 2>&1 ||
 			fail neo4j "$LOG_DIR/neo4j-javac.log" "javac scripts/neo4j/Main.java failed"
 	fi
-	mkdir -p "$NEO4J_HOME"
-	log "neo4j: starting Neo4j $(neo4j_version) with Bolt on 127.0.0.1:$NEO4J_BOLT_PORT"
+	mkdir -p "$NEO4J_HOME" "$NEO4J_SECURE_HOME"
+	secret neo4j-password >/dev/null
+	log "neo4j: starting Neo4j $(neo4j_version) with Bolt on 127.0.0.1:$NEO4J_BOLT_PORT (and over TLS, with authentication, on 127.0.0.1:$NEO4J_SECURE_BOLT_PORT)"
 	# The --add-opens flags are those Neo4j's own launcher passes on Java 17.
 	# shellcheck disable=SC2086 # NEO4J_HEAP holds several JVM flags
 	launch neo4j "$JAVA" $NEO4J_HEAP -XX:+UseG1GC -XX:-OmitStackTraceInFastThrow \
 		--add-opens=java.base/java.nio=ALL-UNNAMED --add-opens=java.base/java.io=ALL-UNNAMED \
 		--add-opens=java.base/sun.nio.ch=ALL-UNNAMED -Dio.netty.tryReflectionSetAccessible=true \
-		-cp "$jars/lib/*:$jars/classes" Main "$NEO4J_HOME" "$NEO4J_BOLT_PORT"
+		-cp "$jars/lib/*:$jars/classes" Main "$NEO4J_HOME" "$NEO4J_BOLT_PORT" \
+		"$NEO4J_SECURE_HOME" "$NEO4J_SECURE_BOLT_PORT" "$TLS_DIR" "$SECRETS_DIR/neo4j-password"
 }
 
 wait_neo4j() {
 	local logf=$LOG_DIR/neo4j.log uri=bolt://127.0.0.1:$NEO4J_BOLT_PORT
 	wait_until neo4j "$logf" "$START_TIMEOUT_NEO4J" "$BIN_DIR/neo4j-probe" -uri "$uri" -timeout 3s
 	log "neo4j: up on $uri ($("$BIN_DIR/neo4j-probe" -uri "$uri"))"
+	local secure=bolt+s://127.0.0.1:$NEO4J_SECURE_BOLT_PORT
+	local auth=(-user neo4j -password-file "$SECRETS_DIR/neo4j-password" -ca-file "$TLS_DIR/ca.crt")
+	# Bolt opens before Main has set the password: a probe then would fail to log
+	# in, and three failures lock the user for 5 s. Wait for Main's ready line.
+	wait_until neo4j "$logf" "$START_TIMEOUT_NEO4J" grep -q '^neo4j: ready: .*bolt over TLS' "$logf"
+	wait_until neo4j "$logf" "$START_TIMEOUT_NEO4J" "$BIN_DIR/neo4j-probe" -uri "$secure" "${auth[@]}" -timeout 3s
+	log "neo4j: up on $secure, authentication on ($("$BIN_DIR/neo4j-probe" -uri "$secure" "${auth[@]}"))"
 }
 
 # --- Qdrant test double -------------------------------------------------------------
@@ -476,6 +624,7 @@ port_of() {
 cmd_start() {
 	local s
 	mkdir -p "$LOG_DIR" "$RUN_DIR" "$BIN_DIR"
+	ensure_tls
 	for s in $(in_order "$@"); do "start_$s"; done
 	for s in $(in_order "$@"); do "wait_$s"; done
 }
@@ -534,6 +683,15 @@ export PROJECTOR_NEO4J_URI='bolt://127.0.0.1:$NEO4J_BOLT_PORT'
 export PROJECTOR_NEO4J_USER='neo4j'
 export PROJECTOR_NEO4J_PASSWORD=''
 export PROJECTOR_QDRANT_ADDR='127.0.0.1:$QDRANT_GRPC_PORT'
+export PROJECTOR_SECURE_CA_FILE='$TLS_DIR/ca.crt'
+export PROJECTOR_SECURE_BROKERS='127.0.0.1:$KAFKA_SECURE_PORT'
+export PROJECTOR_SECURE_KAFKA_USER='projector'
+export PROJECTOR_SECURE_KAFKA_PASSWORD_FILE='$SECRETS_DIR/kafka-password'
+export PROJECTOR_SECURE_POSTGRES_DSN='postgres://projector_tls@127.0.0.1:$PG_PORT/projector?sslmode=verify-full&sslrootcert=$TLS_DIR/ca.crt&passfile=$SECRETS_DIR/pgpass'
+export PROJECTOR_SECURE_POSTGRES_PASSWORD_FILE='$SECRETS_DIR/postgres-password'
+export PROJECTOR_SECURE_NEO4J_URI='bolt+s://127.0.0.1:$NEO4J_SECURE_BOLT_PORT'
+export PROJECTOR_SECURE_NEO4J_USER='neo4j'
+export PROJECTOR_SECURE_NEO4J_PASSWORD_FILE='$SECRETS_DIR/neo4j-password'
 EOF
 }
 
@@ -549,7 +707,7 @@ cmd_clean() {
 		case $s in
 		postgres) rm -rf "$(pg_home)" ;;
 		kafka) rm -rf "$KAFKA_HOME" ;;
-		neo4j) rm -rf "$NEO4J_HOME" ;;
+		neo4j) rm -rf "$NEO4J_HOME" "$NEO4J_SECURE_HOME" ;;
 		qdrant) ;; # the double keeps its data in memory
 		esac
 		rm -f "$LOG_DIR/$s.log" "$LOG_DIR/$s.log.1"

@@ -2,14 +2,17 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/sasl"
+	"github.com/twmb/franz-go/pkg/sasl/plain"
+	"github.com/twmb/franz-go/pkg/sasl/scram"
 	"github.com/twmb/franz-go/plugin/kzap"
 	"go.uber.org/zap"
 	"go.uber.org/zap/zapcore"
@@ -32,8 +35,13 @@ func newFlagSet(name, synopsis string, e env) *flag.FlagSet {
 	return fs
 }
 
+// parse reads args and the environment into fs, then the secrets the
+// flags name (see secretFile).
 func parse(fs *flag.FlagSet, args []string, e env) error {
-	return config.Parse(fs, args, e.getenv)
+	if err := config.Parse(fs, args, e.getenv); err != nil {
+		return err
+	}
+	return resolveSecrets(fs, e.getenv)
 }
 
 // logFlags configure the logger.
@@ -68,13 +76,32 @@ func (l *logFlags) logger(e env) (*zap.Logger, error) {
 	return zap.New(zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(e.stderr)), level)), nil
 }
 
-// kafkaFlags say how to reach Kafka.
+// kafkaSASLPasswordEnv holds the Kafka SASL password when no file does.
+const kafkaSASLPasswordEnv = "PROJECTOR_KAFKA_SASL_PASSWORD"
+
+// kafkaFlags say how to reach Kafka, and how to authenticate and encrypt:
+// every Kafka client of every command gets the same options from opts.
 type kafkaFlags struct {
-	brokers string
+	brokers       string
+	tls           bool
+	tlsCAFile     string
+	tlsCertFile   string
+	tlsKeyFile    string
+	saslMechanism string
+	saslUser      string
+	saslPassword  secretFile
 }
 
 func (k *kafkaFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&k.brokers, "brokers", "127.0.0.1:9092", "Kafka bootstrap brokers, comma-separated host:port")
+	fs.BoolVar(&k.tls, "kafka-tls", false, "connect to the brokers over TLS (implied by --kafka-tls-ca-file and --kafka-tls-cert-file)")
+	fs.StringVar(&k.tlsCAFile, "kafka-tls-ca-file", "", "PEM file of the CA certificates to trust for the brokers instead of the system's (a private CA)")
+	fs.StringVar(&k.tlsCertFile, "kafka-tls-cert-file", "", "PEM client certificate, for brokers that require one (mutual TLS); needs --kafka-tls-key-file")
+	fs.StringVar(&k.tlsKeyFile, "kafka-tls-key-file", "", "PEM private key of --kafka-tls-cert-file")
+	fs.StringVar(&k.saslMechanism, "kafka-sasl-mechanism", "", "SASL authentication: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512 (empty: none); use it with TLS, PLAIN sends the password as it is")
+	fs.StringVar(&k.saslUser, "kafka-sasl-user", "", "SASL user name")
+	k.saslPassword.envVar = kafkaSASLPasswordEnv
+	fs.Var(&k.saslPassword, "kafka-sasl-password-file", "file holding the SASL password (or set "+kafkaSASLPasswordEnv+"; there is no flag for the password itself)")
 }
 
 // opts returns the connection options every Kafka client of the service uses.
@@ -88,24 +115,82 @@ func (k *kafkaFlags) opts(log *zap.Logger) ([]kgo.Opt, error) {
 	if len(seeds) == 0 {
 		return nil, errors.New("--brokers is empty")
 	}
-	return []kgo.Opt{
+	opts := []kgo.Opt{
 		kgo.SeedBrokers(seeds...),
 		kgo.WithLogger(kzap.New(log.With(zap.String("component", "kafka")), kzap.Level(kgo.LogLevelWarn))),
-	}, nil
+	}
+	encrypted := k.tls || k.tlsCAFile != "" || k.tlsCertFile != "" || k.tlsKeyFile != ""
+	if encrypted {
+		cfg, err := clientTLS("--kafka-tls", k.tlsCAFile, k.tlsCertFile, k.tlsKeyFile)
+		if err != nil {
+			return nil, err
+		}
+		// franz-go sets each broker's host name as ServerName when dialing.
+		opts = append(opts, kgo.DialTLSConfig(cfg))
+	}
+	mech, err := k.sasl()
+	if err != nil {
+		return nil, err
+	}
+	if mech != nil {
+		opts = append(opts, kgo.SASL(mech))
+		if !encrypted {
+			log.Warn("Kafka SASL without TLS: the broker connection is not encrypted and anyone on the path can read the records; PLAIN also sends the password as it is; set --kafka-tls",
+				zap.String("mechanism", mech.Name()))
+		}
+	}
+	return opts, nil
 }
 
-// storeFlags say how to reach the three stores.
+// sasl returns the SASL mechanism of the flags, or nil for none.
+func (k *kafkaFlags) sasl() (sasl.Mechanism, error) {
+	mechanism := strings.ToUpper(strings.TrimSpace(k.saslMechanism))
+	password := k.saslPassword.secret
+	if mechanism == "" {
+		if k.saslUser != "" || password != "" {
+			return nil, errors.New("a Kafka SASL user or password is set but --kafka-sasl-mechanism is not: set it to PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512")
+		}
+		return nil, nil
+	}
+	if k.saslUser == "" {
+		return nil, fmt.Errorf("--kafka-sasl-mechanism %s needs --kafka-sasl-user", mechanism)
+	}
+	if password == "" {
+		return nil, fmt.Errorf("--kafka-sasl-mechanism %s needs a password: set %s or --kafka-sasl-password-file", mechanism, kafkaSASLPasswordEnv)
+	}
+	switch mechanism {
+	case "PLAIN":
+		return plain.Auth{User: k.saslUser, Pass: password}.AsMechanism(), nil
+	case "SCRAM-SHA-256":
+		return scram.Auth{User: k.saslUser, Pass: password}.AsSha256Mechanism(), nil
+	case "SCRAM-SHA-512":
+		return scram.Auth{User: k.saslUser, Pass: password}.AsSha512Mechanism(), nil
+	}
+	return nil, fmt.Errorf("--kafka-sasl-mechanism %q: want PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512", k.saslMechanism)
+}
+
+// qdrantAPIKeyEnv holds the Qdrant API key when no file does.
+const qdrantAPIKeyEnv = "PROJECTOR_QDRANT_API_KEY"
+
+// storeFlags say how to reach the three stores, and how to authenticate
+// and encrypt.
 type storeFlags struct {
 	qdrantAddr        string
 	qdrantCollection  string
 	qdrantUpsertBatch int
+	qdrantAPIKey      secretFile
+	qdrantTLS         bool
+	qdrantTLSCAFile   string
 	vectorDim         int
 	neo4jURI          string
 	neo4jUser         string
 	neo4jPassword     string
-	neo4jPasswordFile string
+	neo4jPasswordFlag commandLineSecret // stores into neo4jPassword
+	neo4jPasswordFile secretFile
+	neo4jTLSCAFile    string
 	neo4jDatabase     string
 	postgresDSN       string
+	postgresDSNFlag   commandLineSecret // stores into postgresDSN
 	postgresSchema    string
 }
 
@@ -113,13 +198,21 @@ func (s *storeFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&s.qdrantAddr, "qdrant-addr", "127.0.0.1:6334", "Qdrant gRPC address, host:port")
 	fs.StringVar(&s.qdrantCollection, "qdrant-collection", "chunks", "Qdrant collection of the chunks")
 	fs.IntVar(&s.qdrantUpsertBatch, "qdrant-upsert-batch", 256, "points per Qdrant upsert call")
+	s.qdrantAPIKey.envVar = qdrantAPIKeyEnv
+	fs.Var(&s.qdrantAPIKey, "qdrant-api-key-file", "file holding the Qdrant API key (or set "+qdrantAPIKeyEnv+"; there is no flag for the key itself); use it with --qdrant-tls")
+	fs.BoolVar(&s.qdrantTLS, "qdrant-tls", false, "connect to Qdrant over TLS (implied by --qdrant-tls-ca-file)")
+	fs.StringVar(&s.qdrantTLSCAFile, "qdrant-tls-ca-file", "", "PEM file of the CA certificates to trust for Qdrant instead of the system's (a private CA)")
 	fs.IntVar(&s.vectorDim, "vector-dim", 384, "dimension of the chunk vectors (the embedder's and the collection's)")
 	fs.StringVar(&s.neo4jURI, "neo4j-uri", "bolt://127.0.0.1:7687", "Neo4j Bolt URI (bolt://, bolt+s://, neo4j://, neo4j+s://)")
 	fs.StringVar(&s.neo4jUser, "neo4j-user", "neo4j", "Neo4j user")
-	fs.StringVar(&s.neo4jPassword, "neo4j-password", "", "Neo4j password; prefer PROJECTOR_NEO4J_PASSWORD or --neo4j-password-file, a flag value shows in ps (empty: no authentication)")
-	fs.StringVar(&s.neo4jPasswordFile, "neo4j-password-file", "", "file holding the Neo4j password")
+	s.neo4jPasswordFlag = commandLineSecret{value: &s.neo4jPassword}
+	fs.Var(&s.neo4jPasswordFlag, "neo4j-password", "Neo4j password; prefer PROJECTOR_NEO4J_PASSWORD or --neo4j-password-file, a flag value shows in ps (empty: no authentication)")
+	fs.Var(&s.neo4jPasswordFile, "neo4j-password-file", "file holding the Neo4j password (instead of --neo4j-password or PROJECTOR_NEO4J_PASSWORD)")
+	fs.StringVar(&s.neo4jTLSCAFile, "neo4j-tls-ca-file", "", "PEM file of the CA certificates to trust for neo4j+s:// and bolt+s:// URIs instead of the system's (a private CA)")
 	fs.StringVar(&s.neo4jDatabase, "neo4j-database", "", "Neo4j database (empty: the server's default)")
-	fs.StringVar(&s.postgresDSN, "postgres-dsn", "postgres://projector:projector@127.0.0.1:5432/projector?sslmode=disable", "PostgreSQL connection string (URL or key=value; libpq settings such as sslmode, sslrootcert and passfile apply)")
+	s.postgresDSN = "postgres://projector:projector@127.0.0.1:5432/projector?sslmode=disable"
+	s.postgresDSNFlag = commandLineSecret{value: &s.postgresDSN}
+	fs.Var(&s.postgresDSNFlag, "postgres-dsn", "PostgreSQL connection string (URL or key=value; libpq settings such as sslmode=verify-full, sslrootcert, sslcert, sslkey and passfile apply, and PGPASSWORD); keep a password out of a flag value, which shows in ps")
 	fs.StringVar(&s.postgresSchema, "postgres-schema", "projector", "PostgreSQL schema of the projector's tables")
 }
 
@@ -128,25 +221,60 @@ type stores struct {
 	index      *index.Store
 	graph      *graph.Store
 	relational *postgres.Store
+	// exposed lists the secrets given on the command line, for migrate's
+	// warning.
+	exposed []exposedSecret
+}
+
+// exposedSecret is a secret given as a flag value, and where it should be.
+type exposedSecret struct {
+	flag, instead string
+}
+
+// exposedSecrets lists the secrets given on the command line.
+func (s *storeFlags) exposedSecrets() []exposedSecret {
+	var out []exposedSecret
+	if s.neo4jPasswordFlag.onCommandLine {
+		out = append(out, exposedSecret{"--neo4j-password", "PROJECTOR_NEO4J_PASSWORD or --neo4j-password-file"})
+	}
+	if s.postgresDSNFlag.onCommandLine && dsnHasPassword(s.postgresDSN) {
+		out = append(out, exposedSecret{"--postgres-dsn", "PROJECTOR_POSTGRES_DSN, a passfile (passfile=... in the DSN) or PGPASSWORD"})
+	}
+	return out
 }
 
 // open opens the three adapters; they connect lazily.
 func (s *storeFlags) open(ctx context.Context) (*stores, error) {
 	password := s.neo4jPassword
-	if s.neo4jPasswordFile != "" {
-		b, err := os.ReadFile(s.neo4jPasswordFile)
-		if err != nil {
-			return nil, fmt.Errorf("--neo4j-password-file: %w", err)
+	if s.neo4jPasswordFile.secret != "" {
+		if password != "" {
+			return nil, errors.New("the Neo4j password is set twice: give --neo4j-password-file, or --neo4j-password (PROJECTOR_NEO4J_PASSWORD), not both")
 		}
-		password = strings.TrimRight(string(b), "\r\n")
+		password = s.neo4jPasswordFile.secret
+	}
+	var qdrantTLS, neo4jTLS *tls.Config
+	if s.qdrantTLS || s.qdrantTLSCAFile != "" {
+		cfg, err := clientTLS("--qdrant-tls", s.qdrantTLSCAFile, "", "")
+		if err != nil {
+			return nil, err
+		}
+		qdrantTLS = cfg
+	}
+	if s.neo4jTLSCAFile != "" {
+		cfg, err := clientTLS("--neo4j-tls", s.neo4jTLSCAFile, "", "")
+		if err != nil {
+			return nil, err
+		}
+		neo4jTLS = cfg
 	}
 	idx, err := index.Open(index.Config{
 		Addr: s.qdrantAddr, Collection: s.qdrantCollection, Dim: s.vectorDim, UpsertBatch: s.qdrantUpsertBatch,
+		APIKey: s.qdrantAPIKey.secret, TLS: qdrantTLS,
 	})
 	if err != nil {
 		return nil, err
 	}
-	gr, err := graph.Open(graph.Config{URI: s.neo4jURI, User: s.neo4jUser, Password: password, Database: s.neo4jDatabase})
+	gr, err := graph.Open(graph.Config{URI: s.neo4jURI, User: s.neo4jUser, Password: password, Database: s.neo4jDatabase, TLS: neo4jTLS})
 	if err != nil {
 		_ = idx.Close()
 		return nil, err
@@ -157,7 +285,7 @@ func (s *storeFlags) open(ctx context.Context) (*stores, error) {
 		_ = gr.Close(ctx)
 		return nil, err
 	}
-	return &stores{index: idx, graph: gr, relational: rel}, nil
+	return &stores{index: idx, graph: gr, relational: rel, exposed: s.exposedSecrets()}, nil
 }
 
 func (st *stores) close(ctx context.Context) {
@@ -168,15 +296,23 @@ func (st *stores) close(ctx context.Context) {
 
 // migrate creates what each store needs, in the write order. A store that
 // does not answer yet is waited for (in a compose file the stores start
-// with the projector); a fatal problem such as a dimension mismatch stops.
+// with the projector); a fatal problem such as a dimension mismatch or a
+// wrong credential stops, with an error that names the server. It is the
+// first thing `projector run` does with the stores, so it also warns about
+// secrets given on the command line.
 func (st *stores) migrate(ctx context.Context, log *zap.Logger) error {
+	for _, e := range st.exposed {
+		log.Warn("a secret was given on the command line, where ps shows it to every user of the machine; set it through "+e.instead+" instead",
+			zap.String("flag", e.flag))
+	}
 	steps := []struct {
-		name string
-		fn   func(context.Context) error
+		name   string
+		server string
+		fn     func(context.Context) error
 	}{
-		{project.StoreIndex, st.index.Migrate},
-		{project.StoreGraph, st.graph.Migrate},
-		{project.StoreRelational, st.relational.Migrate},
+		{project.StoreIndex, "Qdrant", st.index.Migrate},
+		{project.StoreGraph, "Neo4j", st.graph.Migrate},
+		{project.StoreRelational, "PostgreSQL", st.relational.Migrate},
 	}
 	for _, s := range steps {
 		delay := 500 * time.Millisecond
@@ -186,15 +322,15 @@ func (st *stores) migrate(ctx context.Context, log *zap.Logger) error {
 				break
 			}
 			if project.KindOf(err) == project.Fatal || ctx.Err() != nil {
-				return fmt.Errorf("prepare %s store: %w", s.name, err)
+				return fmt.Errorf("prepare %s store (%s): %w", s.name, s.server, err)
 			}
 			if !waited {
-				log.Warn("store not available yet; waiting", zap.String("store", s.name), zap.Error(err))
+				log.Warn("store not available yet; waiting", zap.String("store", s.name), zap.String("server", s.server), zap.Error(err))
 				waited = true
 			}
 			select {
 			case <-ctx.Done():
-				return fmt.Errorf("prepare %s store: %w", s.name, ctx.Err())
+				return fmt.Errorf("prepare %s store (%s): %w", s.name, s.server, ctx.Err())
 			case <-time.After(delay):
 			}
 			delay = min(2*delay, 10*time.Second)

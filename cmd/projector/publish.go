@@ -146,7 +146,7 @@ func createTopic(ctx context.Context, cl *kgo.Client, log *zap.Logger, topic str
 	adm := kadm.NewClient(cl)
 	details, err := adm.ListTopics(ctx, topic)
 	if err != nil {
-		return fmt.Errorf("list topics: %w", err)
+		return fmt.Errorf("list Kafka topics: %w", err)
 	}
 	if d, ok := details[topic]; ok && d.Err == nil {
 		return nil

@@ -53,6 +53,7 @@ type runFlags struct {
 	batchRecords    int
 	maxBatchChunks  int
 	fetchMaxBytes   int
+	fetchPartBytes  int
 	shutdownTimeout time.Duration
 	sessionTimeout  time.Duration
 	groupInstanceID string
@@ -82,6 +83,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.batchRecords, "batch-records", 500, "records per batch; offsets are committed after each batch")
 	fs.IntVar(&f.maxBatchChunks, "max-batch-chunks", 4096, "chunks per store write; a larger batch is written and fenced in parts")
 	fs.IntVar(&f.fetchMaxBytes, "fetch-max-bytes", 16<<20, "bytes the Kafka client buffers per fetch; with --max-poll-records it bounds memory")
+	fs.IntVar(&f.fetchPartBytes, "fetch-max-partition-bytes", 1<<20, "bytes of one partition per fetch; well below --fetch-max-bytes so each fetch feeds every partition's worker (compressed bytes: decompressed records take more)")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 25*time.Second, "time in-flight batches get to finish on SIGTERM before they are abandoned uncommitted")
 	fs.DurationVar(&f.sessionTimeout, "session-timeout", 45*time.Second, "how long the group waits for a silent member before moving its partitions (the broker bounds it, 6s..30m by default)")
 	fs.StringVar(&f.groupInstanceID, "group-instance-id", "", "static group membership id (KIP-345): a restarted process with the same id gets its partitions back at once; one distinct id per process (e.g. the pod name of a StatefulSet)")
@@ -210,7 +212,7 @@ func serve(ctx context.Context, f *runFlags, log *zap.Logger, reg *prometheus.Re
 	})
 	cons, err := consume.New(consume.Config{
 		Topic: f.topic, Group: f.group, MaxPollRecords: f.maxPollRecords, BatchRecords: f.batchRecords,
-		FetchMaxBytes: int32(f.fetchMaxBytes), ShutdownTimeout: f.shutdownTimeout,
+		FetchMaxBytes: int32(f.fetchMaxBytes), FetchMaxPartitionBytes: int32(f.fetchPartBytes), ShutdownTimeout: f.shutdownTimeout,
 		SessionTimeout: f.sessionTimeout, InstanceID: f.groupInstanceID,
 	}, log.With(zap.String("component", "consume")), reg, status, proj, append(base, kgo.ClientID("projector"),
 		kgo.WithHooks(kprom.NewMetrics("projector_kafka", kprom.Registerer(reg))))...)
@@ -235,7 +237,7 @@ func ensureTopics(ctx context.Context, cl *kgo.Client, log *zap.Logger, topic, d
 	adm := kadm.NewClient(cl)
 	details, err := adm.ListTopics(ctx, topic, dlqTopic)
 	if err != nil {
-		return fmt.Errorf("list topics: %w", err)
+		return fmt.Errorf("list Kafka topics: %w", err)
 	}
 	if d, ok := details[topic]; !ok || d.Err != nil {
 		log.Warn("the document topic does not exist yet; waiting for it", zap.String("topic", topic))

@@ -7,15 +7,18 @@
 //
 // Usage:
 //
-//	qdrant-double [--addr 127.0.0.1:6334] [--api-key-file FILE]
+//	qdrant-double [--addr 127.0.0.1:6334] [--api-key-file FILE] [--tls-cert-file FILE --tls-key-file FILE]
 //
 // With --api-key-file every call but HealthCheck must carry that key, as with
 // a Qdrant started with service.api_key. The key is read from the file so that
-// it never appears in a process listing, and it is never logged.
+// it never appears in a process listing, and it is never logged. With
+// --tls-cert-file and --tls-key-file it serves gRPC over TLS only, as a Qdrant
+// started with service.enable_tls does.
 package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -44,6 +47,8 @@ func run(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("qdrant-double", flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:6334", "gRPC listen address (Qdrant's gRPC port is 6334)")
 	keyFile := fs.String("api-key-file", "", "file holding the API key every call must carry; none if empty")
+	certFile := fs.String("tls-cert-file", "", "PEM server certificate (chain): serve over TLS only; needs --tls-key-file")
+	certKeyFile := fs.String("tls-key-file", "", "PEM private key of --tls-cert-file")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return nil
@@ -51,6 +56,10 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	apiKey, err := readAPIKey(*keyFile)
+	if err != nil {
+		return err
+	}
+	tlsConfig, err := serverTLS(*certFile, *certKeyFile)
 	if err != nil {
 		return err
 	}
@@ -62,13 +71,14 @@ func run(ctx context.Context, args []string) error {
 	defer func() { _ = log.Sync() }()
 	log = log.With(zap.String("component", "qdrant-double"))
 
-	running, err := qdrantdouble.New(qdrantdouble.Options{APIKey: apiKey}).Start(ctx, *addr)
+	running, err := qdrantdouble.New(qdrantdouble.Options{APIKey: apiKey, TLS: tlsConfig}).Start(ctx, *addr)
 	if err != nil {
 		return err
 	}
 	log.Info("listening; this is a test double, not Qdrant",
 		zap.String("addr", running.Addr()),
 		zap.Bool("api_key_required", apiKey != ""),
+		zap.Bool("tls", tlsConfig != nil),
 		zap.String("version", qdrantdouble.Version))
 
 	select {
@@ -94,4 +104,20 @@ func readAPIKey(path string) (string, error) {
 		return "", fmt.Errorf("read api key: %s is empty", path)
 	}
 	return key, nil
+}
+
+// serverTLS returns the TLS configuration of a certificate and its key, or
+// nil when neither is given.
+func serverTLS(certFile, keyFile string) (*tls.Config, error) {
+	switch {
+	case certFile == "" && keyFile == "":
+		return nil, nil
+	case certFile == "" || keyFile == "":
+		return nil, errors.New("--tls-cert-file and --tls-key-file go together")
+	}
+	pair, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("load TLS certificate: %w", err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{pair}, MinVersion: tls.VersionTLS12}, nil
 }

@@ -46,6 +46,13 @@ type Config struct {
 	// FetchMaxBytes bounds what the client buffers from the broker; with
 	// MaxPollRecords it bounds the memory of records in flight.
 	FetchMaxBytes int32
+	// FetchMaxPartitionBytes bounds one partition's part of a fetch. Well
+	// below FetchMaxBytes, every fetch carries records of every partition
+	// with a backlog, so all partition workers have work at once; equal to
+	// it, one partition's backlog fills whole fetches and the partitions
+	// are drained one after the other. The bounds count compressed bytes:
+	// well-compressed records take several times more once decompressed.
+	FetchMaxPartitionBytes int32
 	// ShutdownTimeout is how long in-flight batches may take to finish once
 	// the service is asked to stop; then they are abandoned uncommitted.
 	ShutdownTimeout time.Duration
@@ -99,6 +106,9 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer, h *health.Statu
 	if cfg.FetchMaxBytes <= 0 {
 		cfg.FetchMaxBytes = 16 << 20
 	}
+	if cfg.FetchMaxPartitionBytes <= 0 {
+		cfg.FetchMaxPartitionBytes = 1 << 20
+	}
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 25 * time.Second
 	}
@@ -118,7 +128,7 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer, h *health.Statu
 		kgo.OnPartitionsRevoked(c.revoked),
 		kgo.OnPartitionsLost(c.lost),
 		kgo.FetchMaxBytes(cfg.FetchMaxBytes),
-		kgo.FetchMaxPartitionBytes(cfg.FetchMaxBytes),
+		kgo.FetchMaxPartitionBytes(cfg.FetchMaxPartitionBytes),
 		// A new group starts at the beginning: a projection must see
 		// every document, not only those published after it started.
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()),

@@ -43,6 +43,14 @@ func lookup(t testing.TB, service, name string) string {
 	return v
 }
 
+// Env returns the value of the environment variable name, which belongs
+// to service, or handles its absence as a missing service. The secured
+// endpoints of scripts/services.sh (PROJECTOR_SECURE_*) are read this way.
+func Env(t testing.TB, service, name string) string {
+	t.Helper()
+	return lookup(t, service, name)
+}
+
 // reachable dials addr once with a short timeout and handles failure.
 func reachable(t testing.TB, service, addr string) {
 	t.Helper()

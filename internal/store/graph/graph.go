@@ -8,6 +8,7 @@ package graph
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -23,9 +24,16 @@ import (
 
 // Config says how to reach Neo4j.
 type Config struct {
-	URI      string
+	// URI is the Bolt URI; neo4j+s:// and bolt+s:// encrypt and verify the
+	// server's certificate, +ssc encrypts without verifying.
+	URI string
+	// User and Password authenticate; an empty Password means none.
 	User     string
 	Password string
+	// TLS, when set, replaces the driver's TLS configuration, e.g. to
+	// trust a private CA (RootCAs). It needs an encrypted URI scheme: with
+	// bolt:// or neo4j:// it would silently do nothing, so Open refuses it.
+	TLS *tls.Config
 	// Database is the database to use; empty means the server's default.
 	Database string
 }
@@ -45,7 +53,11 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.Password != "" {
 		auth = neo4j.BasicAuth(cfg.User, cfg.Password, "")
 	}
+	if cfg.TLS != nil && !encrypted(cfg.URI) {
+		return nil, fmt.Errorf("neo4j URI %s: a TLS configuration (CA file) needs an encrypted scheme, neo4j+s:// or bolt+s://", redactURI(cfg.URI))
+	}
 	driver, err := neo4j.NewDriverWithContext(cfg.URI, auth, func(c *config.Config) {
+		c.TlsConfig = cfg.TLS
 		// The projector retries whole batches itself, with backoff and one
 		// log line per outage; the driver's own retry loop only hides time.
 		c.MaxTransactionRetryTime = 5 * time.Second
@@ -56,6 +68,12 @@ func Open(cfg Config) (*Store, error) {
 		return nil, fmt.Errorf("neo4j driver for %s: %w", redactURI(cfg.URI), err)
 	}
 	return &Store{driver: driver, database: cfg.Database}, nil
+}
+
+// encrypted reports whether uri's scheme makes the driver use TLS.
+func encrypted(uri string) bool {
+	scheme, _, _ := strings.Cut(uri, "://")
+	return strings.HasSuffix(scheme, "+s") || strings.HasSuffix(scheme, "+ssc")
 }
 
 // redactURI drops any user information from a URI before it is printed.
@@ -268,7 +286,7 @@ func classify(err error) error {
 	var auth *neo4j.InvalidAuthenticationError
 	switch {
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-	case errors.As(err, &auth):
+	case errors.As(err, &auth), certificateRejected(err):
 		kind = project.Fatal
 	case errors.As(err, &n4j):
 		kind = kindOfCode(n4j.Code)

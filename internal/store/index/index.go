@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/qdrant/go-client/qdrant"
@@ -150,14 +151,17 @@ func (s *Store) Apply(ctx context.Context, w *project.Write) error {
 		return nil
 	}
 	for _, d := range w.Live {
+		shared, err := newDocumentPayload(&d)
+		if err != nil {
+			return err
+		}
 		for _, c := range d.Chunks {
-			payload, err := qdrant.TryValueMap(payloadOf(&d, &c))
+			p, err := shared.point(&c)
 			if err != nil {
-				return &project.StoreError{Store: project.StoreIndex, Kind: project.Rejected, Err: fmt.Errorf("payload of chunk %s: %w", c.ID, err)}
+				return err
 			}
-			id := qdrant.NewIDUUID(c.ID.String())
-			keep = append(keep, id)
-			points = append(points, &qdrant.PointStruct{Id: id, Vectors: qdrant.NewVectorsDense(c.Vector), Payload: payload})
+			keep = append(keep, p.Id)
+			points = append(points, p)
 			if len(points) == s.cfg.UpsertBatch {
 				if err := flush(); err != nil {
 					return err
@@ -185,24 +189,80 @@ func (s *Store) Apply(ctx context.Context, w *project.Write) error {
 	return nil
 }
 
-// payloadOf builds a point's payload.
-func payloadOf(d *project.Document, c *project.Chunk) map[string]any {
-	md := make(map[string]any, len(d.Metadata)+len(c.Metadata))
-	for k, v := range d.Metadata {
-		md[k] = v
+// documentPayload holds the payload values that every chunk of a document
+// has in common, converted once per document instead of once per chunk.
+// Points share them: the upsert only reads them.
+type documentPayload struct {
+	key, version, title, source, metadata *qdrant.Value
+}
+
+func newDocumentPayload(d *project.Document) (*documentPayload, error) {
+	md, err := qdrant.NewStruct(d.Metadata)
+	if err == nil {
+		err = validUTF8(d.Key, d.Title, d.Source)
 	}
-	for k, v := range c.Metadata {
-		md[k] = v
+	if err != nil {
+		return nil, &project.StoreError{Store: project.StoreIndex, Kind: project.Rejected, Err: fmt.Errorf("payload of document %q: %w", d.Key, err)}
 	}
-	return map[string]any{
-		"document_key": d.Key,
-		"version":      d.Version,
-		"ordinal":      int64(c.Ordinal),
-		"text":         c.Text,
-		"title":        d.Title,
-		"source":       d.Source,
-		"metadata":     md,
+	return &documentPayload{
+		key: qdrant.NewValueString(d.Key), version: qdrant.NewValueInt(d.Version),
+		title: qdrant.NewValueString(d.Title), source: qdrant.NewValueString(d.Source), metadata: qdrant.NewValueStruct(md),
+	}, nil
+}
+
+// point builds the point of chunk c of the document. Its payload holds
+// document_key, version, ordinal, text, title, source and metadata: the
+// document's metadata with the chunk's own on top.
+func (p *documentPayload) point(c *project.Chunk) (*qdrant.PointStruct, error) {
+	rejected := func(err error) error {
+		return &project.StoreError{Store: project.StoreIndex, Kind: project.Rejected, Err: fmt.Errorf("payload of chunk %s: %w", c.ID, err)}
 	}
+	if err := validUTF8(c.Text); err != nil {
+		return nil, rejected(err)
+	}
+	metadata := p.metadata
+	if len(c.Metadata) > 0 {
+		shared := p.metadata.GetStructValue().GetFields()
+		fields := make(map[string]*qdrant.Value, len(shared)+len(c.Metadata))
+		for k, v := range shared {
+			fields[k] = v
+		}
+		for k, v := range c.Metadata {
+			value, err := qdrant.NewValue(v)
+			if err == nil {
+				err = validUTF8(k)
+			}
+			if err != nil {
+				return nil, rejected(err)
+			}
+			fields[k] = value
+		}
+		metadata = qdrant.NewValueFromFields(fields)
+	}
+	return &qdrant.PointStruct{
+		Id:      qdrant.NewIDUUID(c.ID.String()),
+		Vectors: qdrant.NewVectorsDense(c.Vector),
+		Payload: map[string]*qdrant.Value{
+			"document_key": p.key,
+			"version":      p.version,
+			"ordinal":      qdrant.NewValueInt(int64(c.Ordinal)),
+			"text":         qdrant.NewValueString(c.Text),
+			"title":        p.title,
+			"source":       p.source,
+			"metadata":     metadata,
+		},
+	}, nil
+}
+
+// validUTF8 refuses what Qdrant's payload strings cannot hold, as
+// qdrant.NewValue does.
+func validUTF8(texts ...string) error {
+	for _, t := range texts {
+		if !utf8.ValidString(t) {
+			return fmt.Errorf("invalid UTF-8 in string: %q", t)
+		}
+	}
+	return nil
 }
 
 // ChunkCounts returns the number of points per document with one exact
@@ -282,7 +342,11 @@ func classify(err error) error {
 		return nil
 	}
 	kind := project.Transient
-	if !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded) {
+	switch {
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+	case certificateRejected(err):
+		kind = project.Fatal
+	default:
 		kind = kindOfCode(grpcCode(err))
 	}
 	return &project.StoreError{Store: project.StoreIndex, Kind: kind, Err: err}

@@ -239,6 +239,8 @@ func classify(err error) error {
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+	case certificateRejected(err):
+		kind = project.Fatal
 	case errors.As(err, &pgErr):
 		kind = kindOfCode(pgErr.Code)
 	case pgconn.SafeToRetry(err):
