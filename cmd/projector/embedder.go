@@ -122,25 +122,8 @@ func (f *embedderFlags) open(ctx context.Context, log *zap.Logger, reg prometheu
 	if err != nil {
 		return nil, err
 	}
-	delay := 500 * time.Millisecond
-	for waited := false; ; {
-		err := h.Probe(ctx)
-		if err == nil {
-			break
-		}
-		if project.KindOf(err) != project.Transient || ctx.Err() != nil {
-			return nil, fmt.Errorf("embedding endpoint check: %w", err)
-		}
-		if !waited {
-			log.Warn("embedding endpoint not available yet; waiting", zap.String("endpoint", h.Endpoint()), zap.Error(err))
-			waited = true
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("embedding endpoint check: %w", ctx.Err())
-		case <-time.After(delay):
-		}
-		delay = min(2*delay, 10*time.Second)
+	if err := waitUntil(ctx, log, "embedding endpoint", h.Probe, zap.String("endpoint", h.Endpoint())); err != nil {
+		return nil, fmt.Errorf("embedding endpoint check: %w", err)
 	}
 	log.Info("embedding with an HTTP endpoint", zap.String("endpoint", h.Endpoint()), zap.String("model", f.model),
 		zap.Int("dim", f.dim), zap.Int("batch", f.batch), zap.Int("concurrency", f.concurrency), zap.Bool("cache", f.cache))

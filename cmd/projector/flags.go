@@ -315,25 +315,9 @@ func (st *stores) migrate(ctx context.Context, log *zap.Logger) error {
 		{project.StoreRelational, "PostgreSQL", st.relational.Migrate},
 	}
 	for _, s := range steps {
-		delay := 500 * time.Millisecond
-		for waited := false; ; {
-			err := s.fn(ctx)
-			if err == nil {
-				break
-			}
-			if project.KindOf(err) == project.Fatal || ctx.Err() != nil {
-				return fmt.Errorf("prepare %s store (%s): %w", s.name, s.server, err)
-			}
-			if !waited {
-				log.Warn("store not available yet; waiting", zap.String("store", s.name), zap.String("server", s.server), zap.Error(err))
-				waited = true
-			}
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("prepare %s store (%s): %w", s.name, s.server, ctx.Err())
-			case <-time.After(delay):
-			}
-			delay = min(2*delay, 10*time.Second)
+		err := waitUntil(ctx, log, "store", s.fn, zap.String("store", s.name), zap.String("server", s.server))
+		if err != nil {
+			return fmt.Errorf("prepare %s store (%s): %w", s.name, s.server, err)
 		}
 	}
 	return nil
