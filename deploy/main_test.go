@@ -10,10 +10,8 @@ package deploy
 import (
 	"bufio"
 	"bytes"
-	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -21,6 +19,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/projector/projector/internal/config"
+	"github.com/projector/projector/internal/testenv"
 )
 
 // bin is the projector binary, built once by TestMain, whose -h output is
@@ -28,21 +27,7 @@ import (
 var bin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "projector-deploy-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	bin = filepath.Join(dir, "projector")
-	build := exec.Command("go", "build", "-o", bin, "../cmd/projector")
-	build.Stdout, build.Stderr = os.Stdout, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build projector:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
+	testenv.MainWithBinary(m, "../cmd/projector", &bin)
 }
 
 // flagLine is a flag's first line in the usage of the flag package:

@@ -34,21 +34,7 @@ import (
 var bin string
 
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "projector-e2e-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	bin = filepath.Join(dir, "projector")
-	build := exec.Command("go", "build", "-tags", "faults", "-o", bin, "../cmd/projector")
-	build.Stdout, build.Stderr = os.Stdout, os.Stderr
-	if err := build.Run(); err != nil {
-		fmt.Fprintln(os.Stderr, "build projector:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	_ = os.RemoveAll(dir)
-	os.Exit(code)
+	testenv.MainWithBinary(m, "../cmd/projector", &bin, "-tags", "faults")
 }
 
 // world is one test's private slice of the shared services: its own topic,

@@ -8,8 +8,11 @@ package testenv
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -99,4 +102,28 @@ func QdrantAddr(t testing.TB) string {
 	v := lookup(t, "Qdrant", "PROJECTOR_QDRANT_ADDR")
 	reachable(t, "Qdrant", v)
 	return v
+}
+
+// MainWithBinary is a TestMain body for packages that test a command as a
+// real process: it builds the command at pkg (a path relative to the test's
+// package, with extra go build flags such as -tags), stores the binary's
+// path in *bin, runs the tests, removes the binary and exits.
+func MainWithBinary(m *testing.M, pkg string, bin *string, buildFlags ...string) {
+	dir, err := os.MkdirTemp("", "projector-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	*bin = filepath.Join(dir, filepath.Base(pkg))
+	args := append(append([]string{"build"}, buildFlags...), "-o", *bin, pkg)
+	build := exec.Command("go", args...)
+	build.Stdout, build.Stderr = os.Stdout, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintf(os.Stderr, "build %s: %v\n", pkg, err)
+		_ = os.RemoveAll(dir)
+		os.Exit(1)
+	}
+	code := m.Run()
+	_ = os.RemoveAll(dir)
+	os.Exit(code)
 }
