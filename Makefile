@@ -9,7 +9,7 @@ GOTEST_FLAGS ?= -count=1 -timeout 45m
 # at a time so their clean-ups cannot race.
 GOTEST_P    ?= 1
 
-.PHONY: all build test unit services services-down run up down demo lint fuzz bench
+.PHONY: all build test tools unit services services-down run up down demo lint fuzz bench
 
 all: build
 
@@ -18,8 +18,13 @@ build:
 
 # The README's test command. It installs and starts what is missing, then
 # runs every package against the real services.
-test: services
+test: services tools
 	eval "$$(scripts/services.sh env)" && $(GO) test -p $(GOTEST_P) $(GOTEST_FLAGS) ./...
+
+# Tools some tests need beyond Go: promtool for the deploy checks. A missing
+# tool is reported by the tests that need it, so this never stops the run.
+tools:
+	@scripts/install-promtool.sh || true
 
 # Unit tests only: integration tests skip (outside CI) when services are absent.
 unit:
@@ -60,5 +65,9 @@ fuzz:
 	$(GO) test -run=^$$ -fuzz=FuzzChunkID -fuzztime=$(FUZZTIME) ./internal/keys/
 	$(GO) test -run=^$$ -fuzz=FuzzHandle -fuzztime=$(FUZZTIME) ./internal/project/
 
-bench:
-	$(GO) test -run=^$$ -bench=. -benchmem ./internal/...
+# The Go benchmarks (hot paths, and the stores' batching against the native
+# services), then `projector bench`: throughput end to end against the
+# native services, next to the stores' ceiling and a naive projector. See
+# docs/benchmarks.md.
+bench: services build
+	eval "$$(scripts/services.sh env)" && $(GO) test -run=^$$ -bench=. -benchmem ./internal/... && bin/projector bench
