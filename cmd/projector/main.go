@@ -43,6 +43,7 @@ func commands() []command {
 		{"ids", "print the chunk ids of a document version (--check: look them up in the stores)", idsCommand},
 		{"replay", "reset the consumer group's offsets (earliest, an offset or a time) to project again", replayCommand},
 		{"reconcile", "compare the three stores with the decision store by chunk ids; --repair fixes", reconcileCommand},
+		{"probe", "check /healthz or /readyz of a running projector (container health checks)", probeCommand},
 		{"ledger-prune", "delete ledger rows older than the retention, keeping current versions' rows", ledgerPruneCommand},
 	}
 }
