@@ -178,6 +178,7 @@ type storeFlags struct {
 	qdrantAddr        string
 	qdrantCollection  string
 	qdrantUpsertBatch int
+	qdrantUpserts     int
 	qdrantAPIKey      secretFile
 	qdrantTLS         bool
 	qdrantTLSCAFile   string
@@ -198,6 +199,7 @@ func (s *storeFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&s.qdrantAddr, "qdrant-addr", "127.0.0.1:6334", "Qdrant gRPC address, host:port")
 	fs.StringVar(&s.qdrantCollection, "qdrant-collection", "chunks", "Qdrant collection of the chunks")
 	fs.IntVar(&s.qdrantUpsertBatch, "qdrant-upsert-batch", 256, "points per Qdrant upsert call")
+	fs.IntVar(&s.qdrantUpserts, "qdrant-upsert-concurrency", 4, "Qdrant upsert calls of one batch in flight at once (per partition); the filtered delete of old points waits for all of them")
 	s.qdrantAPIKey.envVar = qdrantAPIKeyEnv
 	fs.Var(&s.qdrantAPIKey, "qdrant-api-key-file", "file holding the Qdrant API key (or set "+qdrantAPIKeyEnv+"; there is no flag for the key itself); use it with --qdrant-tls")
 	fs.BoolVar(&s.qdrantTLS, "qdrant-tls", false, "connect to Qdrant over TLS (implied by --qdrant-tls-ca-file)")
@@ -268,7 +270,7 @@ func (s *storeFlags) open(ctx context.Context) (*stores, error) {
 		neo4jTLS = cfg
 	}
 	idx, err := index.Open(index.Config{
-		Addr: s.qdrantAddr, Collection: s.qdrantCollection, Dim: s.vectorDim, UpsertBatch: s.qdrantUpsertBatch,
+		Addr: s.qdrantAddr, Collection: s.qdrantCollection, Dim: s.vectorDim, UpsertBatch: s.qdrantUpsertBatch, UpsertConcurrency: s.qdrantUpserts,
 		APIKey: s.qdrantAPIKey.secret, TLS: qdrantTLS,
 	})
 	if err != nil {

@@ -45,6 +45,7 @@ func commands() []command {
 		{"reconcile", "compare the three stores with the decision store by chunk ids; --repair fixes", reconcileCommand},
 		{"probe", "check /healthz or /readyz of a running projector (container health checks)", probeCommand},
 		{"ledger-prune", "delete ledger rows older than the retention, keeping current versions' rows", ledgerPruneCommand},
+		{"bench", "measure throughput end to end against the real services, next to the stores' ceiling and a naive projector", benchCommand},
 	}
 }
 

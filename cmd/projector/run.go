@@ -79,7 +79,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.chunkBytes, "chunk-bytes", event.DefaultChunkBytes, "largest chunk, in bytes, when the projector splits an event's text")
 	fs.IntVar(&f.maxRecordBytes, "max-record-bytes", event.DefaultLimits().MaxRecordBytes, "largest record value accepted; larger ones are dead-lettered (too_large)")
 	fs.IntVar(&f.maxChunks, "max-chunks", event.DefaultLimits().MaxChunks, "most chunks per document; more are dead-lettered (too_many_chunks)")
-	fs.IntVar(&f.maxPollRecords, "max-poll-records", 1000, "records per poll across partitions")
+	fs.IntVar(&f.maxPollRecords, "max-poll-records", 2000, "records per poll across partitions; a poll's records are shared by the partitions that have some, so it should hold a few --batch-records")
 	fs.IntVar(&f.batchRecords, "batch-records", 500, "records per batch; offsets are committed after each batch")
 	fs.IntVar(&f.maxBatchChunks, "max-batch-chunks", 4096, "chunks per store write; a larger batch is written and fenced in parts")
 	fs.IntVar(&f.fetchMaxBytes, "fetch-max-bytes", 16<<20, "bytes the Kafka client buffers per fetch; with --max-poll-records it bounds memory")

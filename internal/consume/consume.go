@@ -98,7 +98,7 @@ type partitionKey struct {
 // the group settings.
 func New(cfg Config, log *zap.Logger, reg prometheus.Registerer, h *health.Status, handler Handler, base ...kgo.Opt) (*Consumer, error) {
 	if cfg.MaxPollRecords <= 0 {
-		cfg.MaxPollRecords = 1000
+		cfg.MaxPollRecords = 2000
 	}
 	if cfg.BatchRecords <= 0 {
 		cfg.BatchRecords = 500

@@ -17,6 +17,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/qdrant/go-client/qdrant"
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -36,6 +37,10 @@ type Config struct {
 	Dim int
 	// UpsertBatch bounds the points of one upsert call.
 	UpsertBatch int
+	// UpsertConcurrency bounds the upsert calls of one Apply in flight at
+	// once: the server applies them in parallel, and the points built
+	// but not yet acknowledged stay under UpsertConcurrency × UpsertBatch.
+	UpsertConcurrency int
 }
 
 // Store is the Qdrant adapter. It is safe for concurrent use.
@@ -60,12 +65,19 @@ func Open(cfg Config) (*Store, error) {
 	if cfg.UpsertBatch <= 0 {
 		cfg.UpsertBatch = 256
 	}
+	if cfg.UpsertConcurrency <= 0 {
+		cfg.UpsertConcurrency = 4
+	}
 	client, err := qdrant.NewClient(&qdrant.Config{
 		Host: host, Port: port, APIKey: cfg.APIKey, UseTLS: cfg.TLS != nil, TLSConfig: cfg.TLS,
 		// The version check logs through the standard logger; the
 		// projector reports the server's version itself.
 		SkipCompatibilityCheck: true,
-		PoolSize:               2,
+		// One connection: gRPC multiplexes the concurrent upserts on it.
+		// With a pool, calls go round-robin over connections that come
+		// back from an outage one at a time, so a store that just
+		// recovered fails again on the connection still reconnecting.
+		PoolSize: 1,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("qdrant client for %s: %w", cfg.Addr, err)
@@ -131,45 +143,14 @@ func (s *Store) Migrate(ctx context.Context) error {
 }
 
 // Apply upserts the chunks of w.Live, in calls of at most UpsertBatch
-// points, then deletes every other point of the documents of w with one
-// filtered delete. Every call waits until Qdrant has applied it, so a fence
-// that follows reads the write.
+// points, UpsertConcurrency calls at a time, then, once every upsert
+// succeeded, deletes every other point of the documents of w with one
+// filtered delete: the new points are in before the old ones go. Every
+// call waits until Qdrant has applied it, so a fence that follows reads
+// the write.
 func (s *Store) Apply(ctx context.Context, w *project.Write) error {
-	var points []*qdrant.PointStruct
-	var keep []*qdrant.PointId
-	flush := func() error {
-		if len(points) == 0 {
-			return nil
-		}
-		_, err := s.client.Upsert(ctx, &qdrant.UpsertPoints{
-			CollectionName: s.cfg.Collection, Points: points, Wait: qdrant.PtrOf(true),
-		})
-		points = points[:0]
-		if err != nil {
-			return classify(fmt.Errorf("upsert points: %w", err))
-		}
-		return nil
-	}
-	for _, d := range w.Live {
-		shared, err := newDocumentPayload(&d)
-		if err != nil {
-			return err
-		}
-		for _, c := range d.Chunks {
-			p, err := shared.point(&c)
-			if err != nil {
-				return err
-			}
-			keep = append(keep, p.Id)
-			points = append(points, p)
-			if len(points) == s.cfg.UpsertBatch {
-				if err := flush(); err != nil {
-					return err
-				}
-			}
-		}
-	}
-	if err := flush(); err != nil {
+	keep, err := s.upsert(ctx, w)
+	if err != nil {
 		return err
 	}
 	keys := w.Keys()
@@ -180,13 +161,65 @@ func (s *Store) Apply(ctx context.Context, w *project.Write) error {
 	if len(keep) > 0 {
 		filter.MustNot = []*qdrant.Condition{qdrant.NewHasID(keep...)}
 	}
-	_, err := s.client.Delete(ctx, &qdrant.DeletePoints{
+	_, err = s.client.Delete(ctx, &qdrant.DeletePoints{
 		CollectionName: s.cfg.Collection, Points: qdrant.NewPointsSelectorFilter(filter), Wait: qdrant.PtrOf(true),
 	})
 	if err != nil {
 		return classify(fmt.Errorf("delete other points: %w", err))
 	}
 	return nil
+}
+
+// upsert upserts the points of w.Live and returns their ids. It returns
+// when every call it started has ended.
+func (s *Store) upsert(ctx context.Context, w *project.Write) ([]*qdrant.PointId, error) {
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(s.cfg.UpsertConcurrency)
+	var keep []*qdrant.PointId
+	points := make([]*qdrant.PointStruct, 0, s.cfg.UpsertBatch)
+	flush := func() {
+		if len(points) == 0 {
+			return
+		}
+		call := &qdrant.UpsertPoints{CollectionName: s.cfg.Collection, Points: points, Wait: qdrant.PtrOf(true)}
+		points = make([]*qdrant.PointStruct, 0, s.cfg.UpsertBatch)
+		g.Go(func() error {
+			if _, err := s.client.Upsert(gctx, call); err != nil {
+				return classify(fmt.Errorf("upsert points: %w", err))
+			}
+			return nil
+		})
+	}
+	for _, d := range w.Live {
+		shared, err := newDocumentPayload(&d)
+		if err != nil {
+			_ = g.Wait()
+			return nil, err
+		}
+		for _, c := range d.Chunks {
+			p, err := shared.point(&c)
+			if err != nil {
+				_ = g.Wait()
+				return nil, err
+			}
+			keep = append(keep, p.Id)
+			points = append(points, p)
+			if len(points) == s.cfg.UpsertBatch {
+				flush()
+				if gctx.Err() != nil {
+					// An upsert failed or ctx ended: building more is
+					// pointless, and keep is incomplete.
+					err := g.Wait()
+					if err == nil {
+						err = classify(fmt.Errorf("upsert points: %w", context.Cause(gctx)))
+					}
+					return nil, err
+				}
+			}
+		}
+	}
+	flush()
+	return keep, g.Wait()
 }
 
 // documentPayload holds the payload values that every chunk of a document
