@@ -377,6 +377,8 @@ func classify(err error) error {
 	kind := project.Transient
 	switch {
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
+	case grpcCode(err) == codes.Canceled:
+		err = canceledError{err}
 	case certificateRejected(err):
 		kind = project.Fatal
 	default:
@@ -384,6 +386,13 @@ func classify(err error) error {
 	}
 	return &project.StoreError{Store: project.StoreIndex, Kind: kind, Err: err}
 }
+
+// canceledError is a gRPC call cancelled by its context. gRPC reports that
+// as a status, not as context.Canceled; saying it the Go way lets the
+// service tell a shutdown (exit 0) from a failing store.
+type canceledError struct{ error }
+
+func (e canceledError) Unwrap() []error { return []error{e.error, context.Canceled} }
 
 // grpcCode finds the gRPC status in err's chain; the go-client wraps it.
 func grpcCode(err error) codes.Code {

@@ -6,6 +6,7 @@ package storetest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
@@ -118,6 +119,22 @@ func Run(t *testing.T, s Store, prefix string) {
 				t.Errorf("%s: count of %q = %d, want %d", st.name, key, counts[key], len(want))
 			}
 		}
+	}
+	cancelled(t, s, Doc(a, 3, "tres"))
+}
+
+// cancelled requires a call made after its context ended to say so in Go's
+// terms: the service exits 0 on SIGTERM only when it can tell a shutdown
+// from a store failure.
+func cancelled(t *testing.T, s Store, d project.Document) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.Apply(ctx, &project.Write{Live: []project.Document{d}}); !errors.Is(err, context.Canceled) {
+		t.Errorf("Apply with a cancelled context: %v, want an error that is context.Canceled", err)
+	}
+	if _, err := s.ChunkIDs(ctx, []string{d.Key}); !errors.Is(err, context.Canceled) {
+		t.Errorf("ChunkIDs with a cancelled context: %v, want an error that is context.Canceled", err)
 	}
 }
 
