@@ -219,6 +219,13 @@ func tail(s string, lines int) string {
 // before the runtime installed its handler ends any Go process at once.
 func (p *proc) stop() {
 	p.t.Helper()
+	p.stopAfter(0)
+}
+
+// stopAfter is stop with the SIGTERM sent d after /healthz first answers,
+// to stop the service at a chosen moment of its start.
+func (p *proc) stopAfter(d time.Duration) {
+	p.t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
 		if code, _ := p.get("/healthz"); code == http.StatusOK || p.exited() {
 			break
@@ -227,6 +234,7 @@ func (p *proc) stop() {
 			p.t.Fatalf("projector never served /healthz")
 		}
 	}
+	time.Sleep(d)
 	_ = p.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-p.done:
