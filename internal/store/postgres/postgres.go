@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -32,6 +33,10 @@ type Store struct {
 
 var _ project.Relational = (*Store)(nil)
 
+// defaultConnectTimeout bounds a connection attempt when the DSN sets no
+// connect_timeout, so a hung server is reported and retried like a down one.
+const defaultConnectTimeout = 10 * time.Second
+
 var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
 // Open connects to dsn with tables in schema (created by Migrate). The pool
@@ -45,6 +50,12 @@ func Open(ctx context.Context, dsn, schema string) (*Store, error) {
 		// pgx's parse errors can quote the connection string, password
 		// included; say only that it did not parse.
 		return nil, errors.New("parse postgres dsn: invalid connection string")
+	}
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		// libpq's default is to wait for ever, so a server that accepts
+		// connections and never answers would hang the start without a
+		// word. connect_timeout in the DSN overrides this.
+		cfg.ConnConfig.ConnectTimeout = defaultConnectTimeout
 	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = schema
 	cfg.ConnConfig.RuntimeParams["application_name"] = "projector"

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -131,5 +132,48 @@ func TestParseErrorHidesPassword(t *testing.T) {
 	_, err := Open(context.Background(), "postgres://u:hidden-pw-93ac@127.0.0.1:5432/db?sslmode=bogus", "s")
 	if err == nil || strings.Contains(err.Error(), "hidden-pw-93ac") {
 		t.Fatalf("Open: %v, want an error without the password", err)
+	}
+}
+
+// TestConnectTimeout checks that a server which accepts and never answers
+// is reported as a transient failure, not waited on for ever (libpq's
+// default), and that the DSN's connect_timeout is kept when it has one.
+func TestConnectTimeout(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	dsn := "postgres://projector@" + ln.Addr().String() + "/projector?sslmode=disable"
+
+	s, err := Open(context.Background(), dsn, "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.pool.Config().ConnConfig.ConnectTimeout; got != defaultConnectTimeout {
+		t.Errorf("connect timeout without connect_timeout in the DSN: %v, want %v", got, defaultConnectTimeout)
+	}
+	s.Close()
+
+	s, err = Open(context.Background(), dsn+"&connect_timeout=1", "s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if got := s.pool.Config().ConnConfig.ConnectTimeout; got != time.Second {
+		t.Errorf("connect timeout with connect_timeout=1: %v, want 1s", got)
+	}
+	err = s.Ping(context.Background())
+	if err == nil || project.KindOf(err) != project.Transient {
+		t.Fatalf("Ping of a server that never answers: %v, want a transient error", err)
 	}
 }
