@@ -122,7 +122,7 @@ func (f *embedderFlags) open(ctx context.Context, log *zap.Logger, reg prometheu
 	if err != nil {
 		return nil, err
 	}
-	if err := waitUntil(ctx, log, "embedding endpoint", h.Probe, zap.String("endpoint", h.Endpoint())); err != nil {
+	if err := waitUntil(ctx, log, "embedding endpoint", h.Probe, storeTransient, zap.String("endpoint", h.Endpoint())); err != nil {
 		return nil, fmt.Errorf("embedding endpoint check: %w", err)
 	}
 	log.Info("embedding with an HTTP endpoint", zap.String("endpoint", h.Endpoint()), zap.String("model", f.model),

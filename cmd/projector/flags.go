@@ -317,7 +317,7 @@ func (st *stores) migrate(ctx context.Context, log *zap.Logger) error {
 		{project.StoreRelational, "PostgreSQL", st.relational.Migrate},
 	}
 	for _, s := range steps {
-		err := waitUntil(ctx, log, "store", s.fn, zap.String("store", s.name), zap.String("server", s.server))
+		err := waitUntil(ctx, log, "store", s.fn, storeTransient, zap.String("store", s.name), zap.String("server", s.server))
 		if err != nil {
 			return fmt.Errorf("prepare %s store (%s): %w", s.name, s.server, err)
 		}

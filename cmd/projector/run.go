@@ -5,6 +5,8 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
+	"net"
 	"os"
 	"strconv"
 	"time"
@@ -233,9 +235,16 @@ func serve(ctx context.Context, f *runFlags, log *zap.Logger, reg *prometheus.Re
 // ensureTopics creates the dead-letter topic when it is missing, so the
 // first bad record does not depend on broker auto-creation (often disabled
 // in production), and warns when the document topic does not exist yet.
+// It is the service's first request to Kafka, so it waits, like the stores,
+// while no broker answers.
 func ensureTopics(ctx context.Context, cl *kgo.Client, log *zap.Logger, topic, dlqTopic string) error {
 	adm := kadm.NewClient(cl)
-	details, err := adm.ListTopics(ctx, topic, dlqTopic)
+	var details kadm.TopicDetails
+	err := waitUntil(ctx, log, "Kafka", func(ctx context.Context) error {
+		var err error
+		details, err = adm.ListTopics(ctx, topic, dlqTopic)
+		return err
+	}, kafkaUnreachable, zap.String("server", "Kafka"), zap.Strings("brokers", cl.OptValue(kgo.SeedBrokers).([]string)))
 	if err != nil {
 		return fmt.Errorf("list Kafka topics: %w", err)
 	}
@@ -257,4 +266,21 @@ func ensureTopics(ctx context.Context, cl *kgo.Client, log *zap.Logger, topic, d
 	}
 	log.Info("created the dead-letter topic", zap.String("topic", dlqTopic))
 	return nil
+}
+
+// kafkaUnreachable reports whether a Kafka request failed because no broker
+// answered (refused, reset, timed out) or the cluster is still starting:
+// waiting heals those. A rejected credential, a TLS mismatch or a denied
+// authorization never does, so the service stops at once and says which.
+func kafkaUnreachable(err error) bool {
+	if _, ok := errors.AsType[*kgo.ErrFirstReadEOF](err); ok {
+		return false // the broker hung up at once: SASL or TLS settings that do not match its listener
+	}
+	if ke, ok := errors.AsType[*kerr.Error](err); ok {
+		return ke.Retriable
+	}
+	if op, ok := errors.AsType[*net.OpError](err); ok {
+		return op.Op != "remote error" // a TLS alert from the broker, e.g. a rejected client certificate
+	}
+	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }

@@ -10,15 +10,15 @@ import (
 )
 
 // waitUntil runs check until it succeeds, backing off from 0.5 s to 10 s
-// while it fails transiently: at start the stores and endpoints may still be
-// coming up (in a compose file they start with the projector). It logs one
-// line when it starts waiting. Any other failure, or ctx ending, is
-// returned at once.
-func waitUntil(ctx context.Context, log *zap.Logger, waitingFor string, check func(context.Context) error, fields ...zap.Field) error {
+// while transient says its failure is one that waiting heals: at start the
+// stores, brokers and endpoints may still be coming up (in a compose file
+// they start with the projector). It logs one line when it starts waiting.
+// Any other failure, or ctx ending, is returned at once.
+func waitUntil(ctx context.Context, log *zap.Logger, waitingFor string, check func(context.Context) error, transient func(error) bool, fields ...zap.Field) error {
 	delay := 500 * time.Millisecond
 	for waited := false; ; {
 		err := check(ctx)
-		if err == nil || project.KindOf(err) != project.Transient || ctx.Err() != nil {
+		if err == nil || !transient(err) || ctx.Err() != nil {
 			return err
 		}
 		if !waited {
@@ -33,3 +33,7 @@ func waitUntil(ctx context.Context, log *zap.Logger, waitingFor string, check fu
 		delay = min(2*delay, 10*time.Second)
 	}
 }
+
+// storeTransient is waitUntil's test for the stores and the embedding
+// endpoint, whose adapters classify their own errors.
+func storeTransient(err error) bool { return project.KindOf(err) == project.Transient }
