@@ -31,11 +31,13 @@ import (
 	"fmt"
 	"net"
 	"strings"
+	"time"
 
 	"github.com/qdrant/go-client/qdrant"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/keepalive"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 )
@@ -148,7 +150,12 @@ func (s *Server) Start(ctx context.Context, addr string) (*Running, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", addr, err)
 	}
-	var serverOpts []grpc.ServerOption
+	serverOpts := []grpc.ServerOption{
+		// Qdrant answers the go-client's keepalive pings (every 10 s, also
+		// on idle connections); Go's default policy would send GOAWAY
+		// "too_many_pings" after three and make every idle client reconnect.
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+	}
 	if s.tls != nil {
 		serverOpts = append(serverOpts, grpc.Creds(credentials.NewTLS(s.tls)))
 	}
