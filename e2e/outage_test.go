@@ -130,7 +130,28 @@ func TestStoreOutages(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 		before := w.committed()
-		time.Sleep(outage)
+		// Nothing is polled while the store is down, but documents keep
+		// arriving: the lag gauge must keep up with them. Near the end of
+		// the outage it must be at least the broker's lag of a few of its
+		// refreshes earlier.
+		const lagLead = 8 * time.Second
+		brokerLag := int64(-1)
+		if outage > 2*lagLead {
+			time.Sleep(outage - lagLead)
+			brokerLag, _ = w.lag()
+			time.Sleep(lagLead)
+		} else {
+			time.Sleep(outage)
+		}
+		if brokerLag > 0 {
+			gauge := 0.0
+			for _, v := range series(p.metrics(), "projector_consumer_lag") {
+				gauge += v
+			}
+			if gauge < float64(brokerLag) {
+				t.Errorf("%s down: projector_consumer_lag sums to %v, want at least the broker's lag of %v s earlier, %d", o.store, gauge, lagLead.Seconds(), brokerLag)
+			}
+		}
 		if after := w.committed(); !sameOffsets(before, after) {
 			t.Errorf("%s down: committed offsets moved from %v to %v, want no commit while a store is down", o.store, before, after)
 		}

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
 
@@ -63,6 +64,10 @@ type Config struct {
 	// restarted with the same id gets its partitions back at once instead of
 	// after SessionTimeout, and a clean shutdown does not rebalance the group.
 	InstanceID string
+	// LagInterval is how often the end offsets are read from the brokers
+	// for the lag gauge, so it keeps growing while polling stands still
+	// (a store is down and the partition queues are full).
+	LagInterval time.Duration
 }
 
 // Consumer is a group member of the document topic.
@@ -112,6 +117,9 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer, h *health.Statu
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 25 * time.Second
 	}
+	if cfg.LagInterval <= 0 {
+		cfg.LagInterval = 5 * time.Second
+	}
 	c := &Consumer{
 		cfg: cfg, log: log, health: h, handler: handler,
 		workers: map[partitionKey]*worker{},
@@ -157,7 +165,15 @@ func (c *Consumer) Ready() bool { return c.joined.Load() }
 // It returns nil on a requested shutdown.
 func (c *Consumer) Run(ctx context.Context) error {
 	defer c.cancelWork()
+	lagCtx, stopLag := context.WithCancel(ctx)
+	lagDone := make(chan struct{})
+	go func() {
+		defer close(lagDone)
+		c.refreshLag(lagCtx)
+	}()
 	pollErr := c.poll(ctx)
+	stopLag()
+	<-lagDone
 	// From here on nothing new is handed out. Leaving the group revokes
 	// every partition; the revoke callback waits for the workers, which
 	// finish their batch with workCtx, cancelled only if it takes too long.
@@ -206,6 +222,36 @@ func (c *Consumer) poll(ctx context.Context) error {
 		if fatal != nil {
 			return fatal
 		}
+	}
+}
+
+// refreshLag reads the partitions' end offsets every LagInterval until ctx
+// ends. Polls and commits update the lag too, but when a store is down the
+// poll loop waits on a full partition queue, and without this the gauge
+// would stand still while the backlog grows.
+func (c *Consumer) refreshLag(ctx context.Context) {
+	adm := kadm.NewClient(c.cl)
+	tick := time.NewTicker(c.cfg.LagInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		ends, err := adm.ListEndOffsets(ctx, c.cfg.Topic)
+		if err != nil {
+			continue // polls and commits still update the gauge; the next tick tries again
+		}
+		// Under mu, so a partition revoked meanwhile is not given a
+		// series again after stopWorkers removed it.
+		c.mu.Lock()
+		ends.Each(func(o kadm.ListedOffset) {
+			if w := c.workers[partitionKey{o.Topic, o.Partition}]; w != nil && o.Err == nil {
+				w.observeEnd(o.Offset)
+			}
+		})
+		c.mu.Unlock()
 	}
 }
 

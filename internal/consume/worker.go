@@ -164,6 +164,19 @@ func (w *worker) commit(last *kgo.Record) {
 	w.updateLag()
 }
 
+// observeEnd raises the high watermark to end, read from the brokers, and
+// updates the lag once the partition's next offset is known (its first
+// records arrived).
+func (w *worker) observeEnd(end int64) {
+	w.mu.Lock()
+	w.highWatermark = max(w.highWatermark, end)
+	known := w.next >= 0
+	w.mu.Unlock()
+	if known {
+		w.updateLag()
+	}
+}
+
 func (w *worker) updateLag() {
 	w.mu.Lock()
 	lag := w.highWatermark - w.next
