@@ -240,11 +240,12 @@ func serve(ctx context.Context, f *runFlags, log *zap.Logger, reg *prometheus.Re
 func ensureTopics(ctx context.Context, cl *kgo.Client, log *zap.Logger, topic, dlqTopic string) error {
 	adm := kadm.NewClient(cl)
 	var details kadm.TopicDetails
+	brokers, _ := cl.OptValue(kgo.SeedBrokers).([]string)
 	err := waitUntil(ctx, log, "Kafka", func(ctx context.Context) error {
 		var err error
 		details, err = adm.ListTopics(ctx, topic, dlqTopic)
 		return err
-	}, kafkaUnreachable, zap.String("server", "Kafka"), zap.Strings("brokers", cl.OptValue(kgo.SeedBrokers).([]string)))
+	}, kafkaUnreachable, zap.String("server", "Kafka"), zap.Strings("brokers", brokers))
 	if err != nil {
 		return fmt.Errorf("list Kafka topics: %w", err)
 	}
