@@ -14,21 +14,27 @@ import (
 )
 
 // TestStopWhileStarting stops the service while its start waits on each
-// service in turn: a listener that accepts connections and never answers
-// stands in for it, so the SIGTERM lands inside that service's call. The
+// service in turn: a listener that accepts connections and never answers,
+// then an address that refuses them, stands in for it, so the SIGTERM
+// lands inside that service's call or its driver's retry loop. The
 // service must exit with status 0 and report no error: an orchestrator
 // that stops a pod during its start must not see a failure. (CI once saw
 // exit 1 here, from a cancelled Qdrant call.)
 func TestStopWhileStarting(t *testing.T) {
 	w := newWorld(t, 1)
-	silent := silentListener(t)
-	for _, c := range silentCases(silent) {
-		p := w.start(nil, c.args...)
-		// Long enough for the start to reach the silent service and wait
-		// in its call, well short of any connect timeout.
-		p.stopAfter(time.Second)
-		if out := p.log.String(); strings.Contains(out, "projector run:") || strings.Contains(out, `"level":"error"`) {
-			t.Errorf("stopped while waiting for %s: the service reported an error:\n%s", c.name, tail(out, 10))
+	servers := []struct{ how, addr string }{
+		{"silent", silentListener(t)},
+		{"refusing connections", freeAddr(t)},
+	}
+	for _, srv := range servers {
+		for _, c := range silentCases(srv.addr) {
+			p := w.start(nil, c.args...)
+			// Long enough for the start to reach the service and wait in
+			// its call or between its retries, well short of any timeout.
+			p.stopAfter(time.Second)
+			if out := p.log.String(); strings.Contains(out, "projector run:") || strings.Contains(out, `"level":"error"`) {
+				t.Errorf("stopped while waiting for %s, %s: the service reported an error:\n%s", c.name, srv.how, tail(out, 10))
+			}
 		}
 	}
 }

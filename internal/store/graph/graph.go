@@ -94,7 +94,7 @@ func (s *Store) Name() string { return project.StoreGraph }
 
 // Ping checks that the server answers.
 func (s *Store) Ping(ctx context.Context) error {
-	return classify(s.driver.VerifyConnectivity(ctx))
+	return classify(ctx, s.driver.VerifyConnectivity(ctx))
 }
 
 // Migrate creates the constraints and the index the projector relies on. It
@@ -106,7 +106,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 		`CREATE INDEX chunk_document_key IF NOT EXISTS FOR (c:Chunk) ON (c.document_key)`,
 	} {
 		if _, err := neo4j.ExecuteQuery(ctx, s.driver, stmt, nil, neo4j.EagerResultTransformer, s.queryConfig()); err != nil {
-			return classify(fmt.Errorf("create graph schema: %w", err))
+			return classify(ctx, fmt.Errorf("create graph schema: %w", err))
 		}
 	}
 	return nil
@@ -209,7 +209,7 @@ func (s *Store) Apply(ctx context.Context, w *project.Write) error {
 		return nil, nil
 	})
 	if err != nil {
-		return classify(fmt.Errorf("write batch: %w", err))
+		return classify(ctx, fmt.Errorf("write batch: %w", err))
 	}
 	return nil
 }
@@ -221,7 +221,7 @@ UNWIND $keys AS k
 MATCH (c:Chunk {document_key: k})
 RETURN k, count(c) AS n`, map[string]any{"keys": keys}, neo4j.EagerResultTransformer, s.queryConfig(), neo4j.ExecuteQueryWithReadersRouting())
 	if err != nil {
-		return nil, classify(fmt.Errorf("count chunks: %w", err))
+		return nil, classify(ctx, fmt.Errorf("count chunks: %w", err))
 	}
 	out := make(map[string]int, len(keys))
 	for _, r := range res.Records {
@@ -243,7 +243,7 @@ MATCH (c:Chunk {document_key: k})
 WHERE EXISTS { MATCH (:Document {key: k})-[:HAS_CHUNK]->(c) }
 RETURN k, c.id AS id`, map[string]any{"keys": keys}, neo4j.EagerResultTransformer, s.queryConfig(), neo4j.ExecuteQueryWithReadersRouting())
 	if err != nil {
-		return nil, classify(fmt.Errorf("list chunk ids: %w", err))
+		return nil, classify(ctx, fmt.Errorf("list chunk ids: %w", err))
 	}
 	out := make(map[string][]uuid.UUID, len(keys))
 	for _, r := range res.Records {
@@ -276,10 +276,14 @@ func jsonOrNil(m map[string]any) (any, error) {
 }
 
 // classify wraps a Neo4j error as a project.StoreError whose kind says
-// whether retrying can help.
-func classify(err error) error {
+// whether retrying can help. ctx is the failed call's: once it has ended,
+// the error also says so in Go's terms.
+func classify(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
+	}
+	if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
+		err = ended{err, ctx.Err()}
 	}
 	kind := project.Transient
 	var n4j *neo4j.Neo4jError
@@ -294,6 +298,17 @@ func classify(err error) error {
 	}
 	return &project.StoreError{Store: project.StoreGraph, Kind: kind, Err: err}
 }
+
+// ended is a driver error from a call whose context ended. The driver's
+// retry loop reports a cancellation during its sleep as a
+// TransactionExecutionLimit that does not wrap the context's error; ended
+// does, so the service can tell a shutdown (exit 0) from a failing store.
+type ended struct {
+	error
+	ctxErr error
+}
+
+func (e ended) Unwrap() []error { return []error{e.error, e.ctxErr} }
 
 // kindOfCode maps a Neo4j status code (Neo.<Classification>.<Category>.<Title>)
 // to what the projector should do about it.

@@ -2,7 +2,9 @@ package graph
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"net"
 	"os"
 	"testing"
 	"time"
@@ -121,5 +123,29 @@ func TestRedactURI(t *testing.T) {
 	}
 	if got := redactURI("bolt://host:7687"); got != "bolt://host:7687" {
 		t.Errorf("redactURI = %q, want it unchanged", got)
+	}
+}
+
+// TestCancelledWhileRetrying cancels a call while the driver's own retry
+// loop sleeps between connection attempts. The driver reports that as a
+// TransactionExecutionLimit that does not wrap context.Canceled; the store
+// must, so a SIGTERM while Neo4j is down ends the service with status 0.
+func TestCancelledWhileRetrying(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close() // nothing listens there: every connection is refused
+	s, err := Open(Config{URI: "bolt://" + addr})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close(context.Background())
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(time.Second, cancel)
+	err = s.Migrate(ctx)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("Migrate cancelled while the driver retries: %v, want an error that is context.Canceled", err)
 	}
 }

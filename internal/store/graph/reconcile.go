@@ -29,7 +29,7 @@ func (s *Store) Holdings(ctx context.Context, keys []string) (map[string]reconci
 	res, err := neo4j.ExecuteQuery(ctx, s.driver, holdings, map[string]any{"keys": keys},
 		neo4j.EagerResultTransformer, s.queryConfig(), neo4j.ExecuteQueryWithReadersRouting())
 	if err != nil {
-		return nil, classify(fmt.Errorf("read holdings: %w", err))
+		return nil, classify(ctx, fmt.Errorf("read holdings: %w", err))
 	}
 	out := make(map[string]reconcile.Holding, len(keys))
 	for _, r := range res.Records {
@@ -73,7 +73,7 @@ func (s *Store) ScanKeys(ctx context.Context, prefix string, pageSize int, fn fu
 			res, err := neo4j.ExecuteQuery(ctx, s.driver, q, map[string]any{"after": after, "prefix": prefix, "limit": pageSize},
 				neo4j.EagerResultTransformer, s.queryConfig(), neo4j.ExecuteQueryWithReadersRouting())
 			if err != nil {
-				return classify(fmt.Errorf("scan document keys: %w", err))
+				return classify(ctx, fmt.Errorf("scan document keys: %w", err))
 			}
 			page := make([]string, 0, len(res.Records))
 			for _, r := range res.Records {
@@ -113,7 +113,7 @@ UNWIND $ids AS id
 MATCH (:Document)-[:HAS_CHUNK]->(c:Chunk {id: id})
 RETURN DISTINCT c.id AS id`, map[string]any{"ids": texts}, neo4j.EagerResultTransformer, s.queryConfig(), neo4j.ExecuteQueryWithReadersRouting())
 	if err != nil {
-		return nil, classify(fmt.Errorf("look up chunks: %w", err))
+		return nil, classify(ctx, fmt.Errorf("look up chunks: %w", err))
 	}
 	out := make(map[uuid.UUID]bool, len(ids))
 	for _, r := range res.Records {
