@@ -1,6 +1,9 @@
 package project
 
-import "errors"
+import (
+	"context"
+	"errors"
+)
 
 // ErrorKind says what a store failure means for the batch, so the projector
 // can decide without knowing the store.
@@ -61,3 +64,23 @@ func StoreOf(err error) string {
 	}
 	return ""
 }
+
+// WithContextErr returns err with, once ctx has ended, ctx's error in its
+// chain too. Drivers report a call cut short by its context in their own
+// terms (a gRPC status, the Neo4j driver's retry limit); with this, the
+// service tells a shutdown from a failing store by errors.Is(err,
+// context.Canceled), and exits 0 on SIGTERM.
+func WithContextErr(ctx context.Context, err error) error {
+	if err == nil || ctx.Err() == nil || errors.Is(err, ctx.Err()) {
+		return err
+	}
+	return contextEnded{err, ctx.Err()}
+}
+
+// contextEnded is a driver's error from a call whose context ended.
+type contextEnded struct {
+	error
+	ctxErr error
+}
+
+func (e contextEnded) Unwrap() []error { return []error{e.error, e.ctxErr} }

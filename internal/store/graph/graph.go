@@ -282,9 +282,7 @@ func classify(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
-	if ctx.Err() != nil && !errors.Is(err, ctx.Err()) {
-		err = ended{err, ctx.Err()}
-	}
+	err = project.WithContextErr(ctx, err)
 	kind := project.Transient
 	var n4j *neo4j.Neo4jError
 	var auth *neo4j.InvalidAuthenticationError
@@ -298,17 +296,6 @@ func classify(ctx context.Context, err error) error {
 	}
 	return &project.StoreError{Store: project.StoreGraph, Kind: kind, Err: err}
 }
-
-// ended is a driver error from a call whose context ended. The driver's
-// retry loop reports a cancellation during its sleep as a
-// TransactionExecutionLimit that does not wrap the context's error; ended
-// does, so the service can tell a shutdown (exit 0) from a failing store.
-type ended struct {
-	error
-	ctxErr error
-}
-
-func (e ended) Unwrap() []error { return []error{e.error, e.ctxErr} }
 
 // kindOfCode maps a Neo4j status code (Neo.<Classification>.<Category>.<Title>)
 // to what the projector should do about it.

@@ -100,7 +100,7 @@ func (s *Store) Collection() string { return s.cfg.Collection }
 // Ping checks that the server answers.
 func (s *Store) Ping(ctx context.Context) error {
 	_, err := s.client.HealthCheck(ctx)
-	return classify(err)
+	return classify(ctx, err)
 }
 
 // Migrate creates the collection and its payload indexes when missing. An
@@ -109,7 +109,7 @@ func (s *Store) Ping(ctx context.Context) error {
 func (s *Store) Migrate(ctx context.Context) error {
 	exists, err := s.client.CollectionExists(ctx, s.cfg.Collection)
 	if err != nil {
-		return classify(fmt.Errorf("check collection %s: %w", s.cfg.Collection, err))
+		return classify(ctx, fmt.Errorf("check collection %s: %w", s.cfg.Collection, err))
 	}
 	if !exists {
 		err := s.client.CreateCollection(ctx, &qdrant.CreateCollection{
@@ -119,12 +119,12 @@ func (s *Store) Migrate(ctx context.Context) error {
 			}),
 		})
 		if err != nil && grpcCode(err) != codes.AlreadyExists {
-			return classify(fmt.Errorf("create collection %s: %w", s.cfg.Collection, err))
+			return classify(ctx, fmt.Errorf("create collection %s: %w", s.cfg.Collection, err))
 		}
 	}
 	info, err := s.client.GetCollectionInfo(ctx, s.cfg.Collection)
 	if err != nil {
-		return classify(fmt.Errorf("read collection %s: %w", s.cfg.Collection, err))
+		return classify(ctx, fmt.Errorf("read collection %s: %w", s.cfg.Collection, err))
 	}
 	if size := info.GetConfig().GetParams().GetVectorsConfig().GetParams().GetSize(); size != uint64(s.cfg.Dim) {
 		return &project.StoreError{Store: project.StoreIndex, Kind: project.Fatal, Err: fmt.Errorf(
@@ -136,7 +136,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 			CollectionName: s.cfg.Collection, FieldName: field, FieldType: qdrant.PtrOf(typ), Wait: qdrant.PtrOf(true),
 		})
 		if err != nil {
-			return classify(fmt.Errorf("create payload index %s: %w", field, err))
+			return classify(ctx, fmt.Errorf("create payload index %s: %w", field, err))
 		}
 	}
 	return nil
@@ -165,7 +165,7 @@ func (s *Store) Apply(ctx context.Context, w *project.Write) error {
 		CollectionName: s.cfg.Collection, Points: qdrant.NewPointsSelectorFilter(filter), Wait: qdrant.PtrOf(true),
 	})
 	if err != nil {
-		return classify(fmt.Errorf("delete other points: %w", err))
+		return classify(ctx, fmt.Errorf("delete other points: %w", err))
 	}
 	return nil
 }
@@ -185,7 +185,7 @@ func (s *Store) upsert(ctx context.Context, w *project.Write) ([]*qdrant.PointId
 		points = make([]*qdrant.PointStruct, 0, s.cfg.UpsertBatch)
 		g.Go(func() error {
 			if _, err := s.client.Upsert(gctx, call); err != nil {
-				return classify(fmt.Errorf("upsert points: %w", err))
+				return classify(ctx, fmt.Errorf("upsert points: %w", err))
 			}
 			return nil
 		})
@@ -211,7 +211,7 @@ func (s *Store) upsert(ctx context.Context, w *project.Write) ([]*qdrant.PointId
 					// pointless, and keep is incomplete.
 					err := g.Wait()
 					if err == nil {
-						err = classify(fmt.Errorf("upsert points: %w", context.Cause(gctx)))
+						err = classify(ctx, fmt.Errorf("upsert points: %w", context.Cause(gctx)))
 					}
 					return nil, err
 				}
@@ -309,7 +309,7 @@ func (s *Store) ChunkCounts(ctx context.Context, keys []string) (map[string]int,
 		Exact:          qdrant.PtrOf(true),
 	})
 	if err != nil {
-		return nil, classify(fmt.Errorf("count points: %w", err))
+		return nil, classify(ctx, fmt.Errorf("count points: %w", err))
 	}
 	out := make(map[string]int, len(hits))
 	for _, h := range hits {
@@ -354,7 +354,7 @@ func (s *Store) Scroll(ctx context.Context, filter *qdrant.Filter, fields []stri
 			WithVectors:    qdrant.NewWithVectors(false),
 		})
 		if err != nil {
-			return classify(fmt.Errorf("scroll points: %w", err))
+			return classify(ctx, fmt.Errorf("scroll points: %w", err))
 		}
 		for _, p := range points {
 			if err := fn(p); err != nil {
@@ -369,16 +369,17 @@ func (s *Store) Scroll(ctx context.Context, filter *qdrant.Filter, fields []stri
 }
 
 // classify wraps a Qdrant error as a project.StoreError whose kind says
-// whether retrying can help.
-func classify(err error) error {
+// whether retrying can help. ctx is the failed call's: gRPC reports a call
+// its context cut short as a status, so the error also says, in Go's terms,
+// that ctx ended.
+func classify(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
+	err = project.WithContextErr(ctx, err)
 	kind := project.Transient
 	switch {
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
-	case grpcCode(err) == codes.Canceled:
-		err = canceledError{err}
 	case certificateRejected(err):
 		kind = project.Fatal
 	default:
@@ -386,13 +387,6 @@ func classify(err error) error {
 	}
 	return &project.StoreError{Store: project.StoreIndex, Kind: kind, Err: err}
 }
-
-// canceledError is a gRPC call cancelled by its context. gRPC reports that
-// as a status, not as context.Canceled; saying it the Go way lets the
-// service tell a shutdown (exit 0) from a failing store.
-type canceledError struct{ error }
-
-func (e canceledError) Unwrap() []error { return []error{e.error, context.Canceled} }
 
 // grpcCode finds the gRPC status in err's chain; the go-client wraps it.
 func grpcCode(err error) codes.Code {

@@ -104,7 +104,7 @@ func TestClassify(t *testing.T) {
 		{errors.New("something"), project.Transient},
 	}
 	for _, tt := range tests {
-		if got := project.KindOf(classify(tt.err)); got != tt.want {
+		if got := project.KindOf(classify(context.Background(), tt.err)); got != tt.want {
 			t.Errorf("kind of %v = %s, want %s", tt.err, got, tt.want)
 		}
 	}

@@ -90,7 +90,7 @@ func (s *Store) HasChunks(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]b
 		WithPayload: qdrant.NewWithPayload(false), WithVectors: qdrant.NewWithVectors(false),
 	})
 	if err != nil {
-		return nil, classify(fmt.Errorf("get points: %w", err))
+		return nil, classify(ctx, fmt.Errorf("get points: %w", err))
 	}
 	out := make(map[uuid.UUID]bool, len(points))
 	for _, p := range points {
