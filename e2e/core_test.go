@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/projector/projector/internal/testenv"
 )
 
 // corpus generates n documents, a share of them in several versions and a
@@ -52,7 +54,7 @@ func lines(docs []doc) []string {
 // leave every store byte-for-byte as it was.
 func TestProjectAndRedeliver(t *testing.T) {
 	w := newWorld(t, 3)
-	docs := corpus(w, rand.New(rand.NewPCG(1, 2)), size(t, "E2E_DOCUMENTS", 240))
+	docs := corpus(w, rand.New(rand.NewPCG(1, 2)), testenv.Size(t, "E2E_DOCUMENTS", 240, 0))
 	m := newModel()
 	for _, d := range docs {
 		m.apply(d)

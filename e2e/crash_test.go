@@ -13,6 +13,7 @@ import (
 
 	"github.com/projector/projector/internal/dlq"
 	"github.com/projector/projector/internal/keys"
+	"github.com/projector/projector/internal/testenv"
 )
 
 // TestCrashSafety kills the real binary many times while it drains a
@@ -21,8 +22,8 @@ import (
 // the test kills it. After a last clean run the stores must equal the
 // model, and every event must be in the ledger or the dead-letter topic.
 func TestCrashSafety(t *testing.T) {
-	events := size(t, "E2E_CRASH_EVENTS", 2000)
-	kills := size(t, "E2E_CRASH_KILLS", 20)
+	events := testenv.Size(t, "E2E_CRASH_EVENTS", 2000, 0)
+	kills := testenv.Size(t, "E2E_CRASH_KILLS", 20, 0)
 	w := newWorld(t, 3)
 	rng := rand.New(rand.NewPCG(3, 5))
 	h := newHistory(w, rng, events/5)

@@ -21,6 +21,7 @@ import (
 	"github.com/projector/projector/internal/dlq"
 	"github.com/projector/projector/internal/embed"
 	"github.com/projector/projector/internal/store/postgres"
+	"github.com/projector/projector/internal/testenv"
 )
 
 const (
@@ -249,9 +250,9 @@ func rewindGroup(t *testing.T, w *world) {
 // and left every vector as it was.
 func TestEmbedderHTTPReplayUsesCache(t *testing.T) {
 	w := newWorld(t, 2)
-	latency := time.Duration(size(t, "E2E_EMBED_LATENCY_MS", 0)) * time.Millisecond
+	latency := time.Duration(testenv.Size(t, "E2E_EMBED_LATENCY_MS", 0, 0)) * time.Millisecond
 	es := newEmbedServer(t, latency)
-	n := size(t, "E2E_EMBED_DOCUMENTS", 60)
+	n := testenv.Size(t, "E2E_EMBED_DOCUMENTS", 60, 0)
 	recs, texts := embedDocs(w, n)
 	w.produce(recs...)
 
@@ -331,7 +332,7 @@ func TestEmbedderHTTPReplayUsesCache(t *testing.T) {
 		n, len(idx), len(texts), latency, cold.Round(10*time.Millisecond), coldEmbed.Round(time.Millisecond), coldCalls,
 		replay.Round(10*time.Millisecond), replayEmbed.Round(time.Millisecond), calls)
 
-	if size(t, "E2E_EMBED_BENCH", 0) == 0 {
+	if testenv.Size(t, "E2E_EMBED_BENCH", 0, 0) == 0 {
 		return
 	}
 	// For docs/benchmarks.md: the same replay without the cache.

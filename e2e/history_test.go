@@ -13,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/projector/projector/internal/dlq"
+	"github.com/projector/projector/internal/testenv"
 )
 
 // history generates a random history of events for docs documents: new
@@ -89,8 +90,8 @@ func (h *history) next() doc {
 // compares every store with the model. Seeds: E2E_MODEL_SEEDS (comma
 // separated; odd seeds use --on-conflict overwrite).
 func TestModelHistories(t *testing.T) {
-	docs := size(t, "E2E_MODEL_DOCS", 500)
-	events := size(t, "E2E_MODEL_EVENTS", 3000)
+	docs := testenv.Size(t, "E2E_MODEL_DOCS", 500, 0)
+	events := testenv.Size(t, "E2E_MODEL_EVENTS", 3000, 0)
 	seeds := []uint64{1, 2}
 	if v := os.Getenv("E2E_MODEL_SEEDS"); v != "" {
 		seeds = nil

@@ -11,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/projector/projector/internal/testenv"
 )
 
 // TestBacklogMemory drains a large backlog and prints the process's peak
@@ -21,7 +23,7 @@ func TestBacklogMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("drains a large backlog")
 	}
-	events := size(t, "E2E_BACKLOG", 100_000)
+	events := testenv.Size(t, "E2E_BACKLOG", 100_000, 0)
 	w := newWorld(t, 4)
 	body := strings.Repeat("backlog text ", 20)
 	batch := make([]*kgo.Record, 0, 1000)

@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 
 	"github.com/projector/projector/internal/qdrantdouble"
+	"github.com/projector/projector/internal/testenv"
 )
 
 // servicesScript is scripts/services.sh of the checkout whose services the
@@ -78,7 +79,7 @@ func (q *ownQdrant) start(t *testing.T) {
 // log the outage once rather than per retry, resume by itself, and end
 // with exactly the state of the model.
 func TestStoreOutages(t *testing.T) {
-	outage := time.Duration(size(t, "E2E_OUTAGE_SECONDS", 20)) * time.Second
+	outage := time.Duration(testenv.Size(t, "E2E_OUTAGE_SECONDS", 20, 0)) * time.Second
 	w := newWorld(t, 3)
 	qd := w.useOwnQdrant()
 	rng := rand.New(rand.NewPCG(7, 11))

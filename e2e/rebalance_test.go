@@ -9,6 +9,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/projector/projector/internal/testenv"
 )
 
 // TestRebalance runs two projectors in one group on six partitions, kills
@@ -17,7 +19,7 @@ import (
 // process at a time: per partition, each writer's offsets form one run,
 // and runs do not overlap in time.
 func TestRebalance(t *testing.T) {
-	events := size(t, "E2E_REBALANCE_EVENTS", 3000)
+	events := testenv.Size(t, "E2E_REBALANCE_EVENTS", 3000, 0)
 	w := newWorld(t, 6)
 	rng := rand.New(rand.NewPCG(13, 17))
 	h := newHistory(w, rng, events/4)

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/projector/projector/internal/testenv"
 )
 
 // replay runs `projector replay` on this world's topic and group.
@@ -39,7 +41,7 @@ func (w *world) groupOffsets() map[int32]int64 {
 // byte what it was.
 func TestReplayFromEarliestConverges(t *testing.T) {
 	w := newWorld(t, 3)
-	docs := corpus(w, rand.New(rand.NewPCG(3, 4)), size(t, "E2E_DOCUMENTS", 90))
+	docs := corpus(w, rand.New(rand.NewPCG(3, 4)), testenv.Size(t, "E2E_DOCUMENTS", 90, 0))
 	w.publishFile(lines(docs))
 	p := w.start(nil, "--batch-records", "25")
 	w.waitDrained(p, 3*time.Minute)

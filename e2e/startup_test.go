@@ -6,11 +6,12 @@ import (
 	"net"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/projector/projector/internal/testenv"
 )
 
 // TestStopWhileStarting stops the service while its start waits on each
@@ -23,7 +24,7 @@ import (
 func TestStopWhileStarting(t *testing.T) {
 	w := newWorld(t, 1)
 	servers := []struct{ how, addr string }{
-		{"silent", silentListener(t)},
+		{"silent", testenv.SilentListener(t)},
 		{"refusing connections", freeAddr(t)},
 	}
 	for _, srv := range servers {
@@ -45,7 +46,7 @@ func TestStopWhileStarting(t *testing.T) {
 // says so on /readyz, and keeps trying until it is stopped.
 func TestStartWaitsForServices(t *testing.T) {
 	w := newWorld(t, 1)
-	silent := silentListener(t)
+	silent := testenv.SilentListener(t)
 	procs := map[string]*proc{}
 	for _, c := range silentCases(silent) {
 		procs[c.name] = w.start(nil, c.args...)
@@ -149,36 +150,4 @@ func forward(t *testing.T, addr, target string) {
 			}()
 		}
 	}()
-}
-
-// silentListener accepts connections and never writes a byte to them, like
-// a server that hangs.
-func silentListener(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mu sync.Mutex
-	var conns []net.Conn
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			mu.Lock()
-			conns = append(conns, c)
-			mu.Unlock()
-		}
-	}()
-	t.Cleanup(func() {
-		_ = ln.Close()
-		mu.Lock()
-		defer mu.Unlock()
-		for _, c := range conns {
-			_ = c.Close()
-		}
-	})
-	return ln.Addr().String()
 }

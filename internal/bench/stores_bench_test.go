@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strconv"
 	"testing"
 	"time"
 
@@ -29,17 +28,6 @@ import (
 //
 // STORE_BENCH_DOCUMENTS sets the documents per iteration (default 1,000).
 
-func storeBenchDocuments(b *testing.B) int {
-	n := 1000
-	if v := os.Getenv("STORE_BENCH_DOCUMENTS"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 1 {
-			b.Fatalf("STORE_BENCH_DOCUMENTS=%q: want a positive whole number", v)
-		}
-	}
-	return n
-}
-
 const storeBenchDim = 384
 
 // variant is one way of writing a batch to a store.
@@ -54,7 +42,7 @@ type variant struct {
 // variants share the machine's ups and downs. It times only the writes and
 // reports each variant's chunks per second and its ratio to the first.
 func runVariants(b *testing.B, prefix string, variants ...variant) {
-	docs := storeBenchDocuments(b)
+	docs := testenv.Size(b, "STORE_BENCH_DOCUMENTS", 1000, 1)
 	ctx := context.Background()
 	wr := newWriter(storeBenchDim)
 	spent := make([]time.Duration, len(variants))

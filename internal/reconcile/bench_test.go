@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strconv"
 	"testing"
 	"time"
 
@@ -21,29 +20,15 @@ import (
 	"github.com/projector/projector/internal/testenv"
 )
 
-// benchDocuments reads the benchmark's size: RECONCILE_BENCH_DOCUMENTS
-// documents of two chunks each (default 2000, so `make bench` stays short;
-// docs/benchmarks.md was measured with 100000).
-func benchDocuments(b *testing.B) int {
-	n := 2000
-	if v := os.Getenv("RECONCILE_BENCH_DOCUMENTS"); v != "" {
-		var err error
-		if n, err = strconv.Atoi(v); err != nil || n < 1 {
-			b.Fatalf("RECONCILE_BENCH_DOCUMENTS=%q: want a positive whole number", v)
-		}
-	}
-	return n
-}
-
 // BenchmarkReconcile reconciles stores that agree: every document is read
 // from the decision store, every store is read by key, and every store is
 // scanned for unknown documents. It reports documents per second, and the
-// time each store took to answer. The index is the Qdrant test double,
-// whose filters scan every point (Qdrant answers them from its payload
-// index), so "stores=graph,relational" measures reconcile on the real
-// servers alone.
+// time each store took to answer. The index is the Qdrant test double, so
+// "stores=graph,relational" measures reconcile on the real servers alone.
 func BenchmarkReconcile(b *testing.B) {
-	n := benchDocuments(b)
+	// RECONCILE_BENCH_DOCUMENTS documents of two chunks each; the default
+	// keeps `make bench` short, docs/benchmarks.md was measured with 100000.
+	n := testenv.Size(b, "RECONCILE_BENCH_DOCUMENTS", 2000, 1)
 	stores, prefix := openBenchStores(b)
 	load(b, stores, prefix, n)
 	b.Run("stores=index,graph,relational", func(b *testing.B) {

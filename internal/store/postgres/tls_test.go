@@ -3,7 +3,6 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -139,21 +138,7 @@ func TestParseErrorHidesPassword(t *testing.T) {
 // is reported as a transient failure, not waited on for ever (libpq's
 // default), and that the DSN's connect_timeout is kept when it has one.
 func TestConnectTimeout(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			defer c.Close()
-		}
-	}()
-	dsn := "postgres://projector@" + ln.Addr().String() + "/projector?sslmode=disable"
+	dsn := "postgres://projector@" + testenv.SilentListener(t) + "/projector?sslmode=disable"
 
 	s, err := Open(context.Background(), dsn, "s")
 	if err != nil {
