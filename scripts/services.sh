@@ -5,7 +5,8 @@
 #   postgres  PostgreSQL from Debian's packages, own cluster run as the postgres user
 #   kafka     the Apache Kafka broker (KRaft, one broker+controller), jars from Maven Central
 #   neo4j     the Neo4j Community engine with Bolt, jars from Maven Central (scripts/neo4j)
-#   qdrant    the Qdrant test double, built from ./cmd/qdrant-double
+#   qdrant    the real Qdrant server, unpacked once from ../shared/qdrant (or
+#             QDRANT_BIN, or Qdrant's release download), data on disk
 #
 # Beside the plain endpoints the suite uses, each store also has a secured one, as
 # production would run it, for the security tests (e2e/security_test.go): a
@@ -18,6 +19,8 @@
 #             SCRAM-SHA-512 (added through the admin API after start) and PLAIN
 #   neo4j     a second small database in the same JVM with authentication on and
 #             Bolt over TLS only (NEO4J_SECURE_BOLT_PORT)
+#   qdrant    a second server with an API key (.services/secrets/qdrant-api-key)
+#             and TLS on REST and gRPC (QDRANT_SECURE_GRPC_PORT)
 #
 # `env` prints them as PROJECTOR_SECURE_* variables, which no flag reads.
 #
@@ -37,7 +40,8 @@
 # postgres user.
 # Ports: PG_PORT (5432), KAFKA_PORT (9092), KAFKA_CONTROLLER_PORT (9093),
 # KAFKA_SECURE_PORT (9094), NEO4J_BOLT_PORT (7687), NEO4J_SECURE_BOLT_PORT (7688),
-# QDRANT_GRPC_PORT (6334). Versions: KAFKA_VERSION,
+# QDRANT_HTTP_PORT (6333), QDRANT_GRPC_PORT (6334), QDRANT_SECURE_HTTP_PORT (6343),
+# QDRANT_SECURE_GRPC_PORT (6344). Versions: KAFKA_VERSION,
 # NEO4J_VERSION (default: the ones in scripts/kafka/pom.xml, scripts/neo4j/pom.xml).
 # Data, pid files and logs live in .services/ (logs: .services/logs/SERVICE.log),
 # downloaded jars in .cache/; both are git-ignored.
@@ -61,7 +65,10 @@ KAFKA_CONTROLLER_PORT=${KAFKA_CONTROLLER_PORT:-9093}
 KAFKA_SECURE_PORT=${KAFKA_SECURE_PORT:-9094}
 NEO4J_BOLT_PORT=${NEO4J_BOLT_PORT:-7687}
 NEO4J_SECURE_BOLT_PORT=${NEO4J_SECURE_BOLT_PORT:-7688}
+QDRANT_HTTP_PORT=${QDRANT_HTTP_PORT:-6333}
 QDRANT_GRPC_PORT=${QDRANT_GRPC_PORT:-6334}
+QDRANT_SECURE_HTTP_PORT=${QDRANT_SECURE_HTTP_PORT:-6343}
+QDRANT_SECURE_GRPC_PORT=${QDRANT_SECURE_GRPC_PORT:-6344}
 
 JAVA=${JAVA:-java}
 KAFKA_HEAP=${KAFKA_HEAP:--Xms256m -Xmx768m}
@@ -71,7 +78,7 @@ NEO4J_HEAP=${NEO4J_HEAP:--Xms512m -Xmx1g}
 START_TIMEOUT_POSTGRES=60
 START_TIMEOUT_KAFKA=120
 START_TIMEOUT_NEO4J=180
-START_TIMEOUT_QDRANT=30
+START_TIMEOUT_QDRANT=60
 STOP_TIMEOUT=30
 
 log() { printf '%s\n' "services: $*" >&2; }
@@ -566,24 +573,151 @@ wait_neo4j() {
 	log "neo4j: up on $secure, authentication on ($("$BIN_DIR/neo4j-probe" -uri "$secure" "${auth[@]}"))"
 }
 
-# --- Qdrant test double -------------------------------------------------------------
+# --- Qdrant -------------------------------------------------------------------------
+
+QDRANT_VERSION=1.17.1
+QDRANT_HOME=$SERVICES_DIR/qdrant
+QDRANT_SECURE_HOME=$SERVICES_DIR/qdrant-secure
+# The server built for these machines beside the checkout (../shared/qdrant, see
+# its README), and Qdrant's own release of the same version for machines without it.
+QDRANT_SHARED_DIR=${QDRANT_SHARED_DIR:-$ROOT/../shared/qdrant}
+QDRANT_RELEASE_URL=https://github.com/qdrant/qdrant/releases/download/v$QDRANT_VERSION/qdrant-x86_64-unknown-linux-gnu.tar.gz
+QDRANT_RELEASE_API=https://api.github.com/repos/qdrant/qdrant/releases/tags/v$QDRANT_VERSION
+
+# qdrant_bin: print the path of the Qdrant server to run: QDRANT_BIN when set,
+# else the one unpacked into the download cache, made once from ../shared/qdrant
+# or from Qdrant's release, each checked against its SHA-256 before it is used.
+qdrant_bin() {
+	if [[ -n ${QDRANT_BIN:-} ]]; then
+		[[ -x $QDRANT_BIN ]] || die "qdrant: QDRANT_BIN=$QDRANT_BIN is not an executable file"
+		echo "$QDRANT_BIN"
+		return
+	fi
+	local dest
+	dest=$(dirname "$(qdrant_bin_path)")
+	if [[ ! -f $dest/.complete ]]; then
+		rm -rf "$dest"
+		mkdir -p "$dest"
+		if [[ -f $QDRANT_SHARED_DIR/qdrant-$QDRANT_VERSION-x86_64-linux-gnu.gz ]]; then
+			unpack_shared_qdrant "$dest"
+		else
+			download_qdrant "$dest"
+		fi
+		touch "$dest/.complete"
+	fi
+	echo "$dest/qdrant"
+}
+
+# qdrant_bin_path: where qdrant_bin puts the server, without making it.
+qdrant_bin_path() { echo "${QDRANT_BIN:-$CACHE_DIR/qdrant-$QDRANT_VERSION/qdrant}"; }
+
+# unpack_shared_qdrant DEST: the server built from Qdrant's source; its
+# qdrant.sha256 is the hash of the unpacked executable.
+unpack_shared_qdrant() {
+	local dest=$1 gz=$QDRANT_SHARED_DIR/qdrant-$QDRANT_VERSION-x86_64-linux-gnu.gz want got
+	log "qdrant: unpacking Qdrant $QDRANT_VERSION from $QDRANT_SHARED_DIR into $dest"
+	[[ -f $QDRANT_SHARED_DIR/qdrant.sha256 ]] ||
+		die "qdrant: $QDRANT_SHARED_DIR/qdrant.sha256 is missing; it says what the server must hash to"
+	want=$(tr -d ' \n' <"$QDRANT_SHARED_DIR/qdrant.sha256")
+	gzip -dc "$gz" >"$dest/qdrant.part" || die "qdrant: cannot unpack $gz"
+	got=$(sha256sum "$dest/qdrant.part" | cut -d' ' -f1)
+	if [[ $got != "$want" ]]; then
+		rm -f "$dest/qdrant.part"
+		die "qdrant: the server unpacked from $gz hashes to $got, but qdrant.sha256 says $want; the file is damaged"
+	fi
+	chmod +x "$dest/qdrant.part"
+	mv "$dest/qdrant.part" "$dest/qdrant"
+}
+
+# download_qdrant DEST: Qdrant's official release archive, checked against
+# QDRANT_RELEASE_SHA256 or, without it, the digest GitHub publishes for the asset.
+download_qdrant() {
+	local dest=$1 logf=$LOG_DIR/qdrant-download.log want got
+	command -v curl >/dev/null || die "qdrant: curl not found (apt-get install curl); it downloads Qdrant $QDRANT_VERSION"
+	log "qdrant: no $QDRANT_SHARED_DIR; downloading Qdrant $QDRANT_VERSION from $QDRANT_RELEASE_URL"
+	want=${QDRANT_RELEASE_SHA256:-$(curl -fsSL "$QDRANT_RELEASE_API" 2>"$logf" | tr ',{}' '\n\n\n' |
+		grep -A3 '"name": *"qdrant-x86_64-unknown-linux-gnu.tar.gz"' |
+		sed -n 's/.*"digest": *"sha256:\([0-9a-f]*\)".*/\1/p' | head -n 1)}
+	[[ -n $want ]] || fail qdrant "$logf" "cannot learn the SHA-256 of Qdrant's release from $QDRANT_RELEASE_API; set QDRANT_RELEASE_SHA256, or QDRANT_BIN to a Qdrant $QDRANT_VERSION server"
+	curl -fsSL -o "$dest/release.tar.gz" "$QDRANT_RELEASE_URL" 2>>"$logf" ||
+		fail qdrant "$logf" "cannot download $QDRANT_RELEASE_URL; put the server in $QDRANT_SHARED_DIR or set QDRANT_BIN to a Qdrant $QDRANT_VERSION server"
+	got=$(sha256sum "$dest/release.tar.gz" | cut -d' ' -f1)
+	[[ $got == "$want" ]] || die "qdrant: the release archive hashes to $got, want $want"
+	tar -xzf "$dest/release.tar.gz" -C "$dest" qdrant || die "qdrant: the release archive has no qdrant executable"
+	rm -f "$dest/release.tar.gz"
+}
+
+# write_qdrant_config HOME HTTP_PORT GRPC_PORT [secure]: one server's configuration,
+# written on every start so that port overrides take effect. The secured server
+# requires the API key and serves REST and gRPC over TLS only.
+write_qdrant_config() {
+	local home=$1 http=$2 grpc=$3
+	mkdir -p "$home"
+	# It may hold the API key: readable by this user only.
+	(umask 077 && cat >"$home/config.yaml") <<EOF
+# Written by scripts/services.sh on every start; edits are lost.
+log_level: INFO
+telemetry_disabled: true
+storage:
+  storage_path: $home/storage
+  snapshots_path: $home/snapshots
+service:
+  host: 127.0.0.1
+  http_port: $http
+  grpc_port: $grpc
+EOF
+	if [[ ${4:-} == secure ]]; then
+		cat >>"$home/config.yaml" <<EOF
+  api_key: $(secret qdrant-api-key)
+  enable_tls: true
+tls:
+  cert: $TLS_DIR/server.crt
+  key: $TLS_DIR/server.key
+EOF
+	fi
+}
 
 start_qdrant() {
-	if running_pid qdrant >/dev/null; then
+	local bin
+	if running_pid qdrant >/dev/null && running_pid qdrant-secure >/dev/null; then
 		log "qdrant: already running"
 		return
 	fi
-	[[ -d $ROOT/cmd/qdrant-double ]] ||
-		die "qdrant: ./cmd/qdrant-double does not exist (yet); start the others with SERVICES=\"postgres kafka neo4j\""
+	stop_qdrant
+	require_free_port qdrant "$QDRANT_HTTP_PORT" QDRANT_HTTP_PORT
 	require_free_port qdrant "$QDRANT_GRPC_PORT" QDRANT_GRPC_PORT
-	go_build qdrant-double ./cmd/qdrant-double
-	log "qdrant: starting the test double on 127.0.0.1:$QDRANT_GRPC_PORT"
-	launch qdrant "$BIN_DIR/qdrant-double" --addr "127.0.0.1:$QDRANT_GRPC_PORT"
+	require_free_port qdrant "$QDRANT_SECURE_HTTP_PORT" QDRANT_SECURE_HTTP_PORT
+	require_free_port qdrant "$QDRANT_SECURE_GRPC_PORT" QDRANT_SECURE_GRPC_PORT
+	bin=$(qdrant_bin)
+	write_qdrant_config "$QDRANT_HOME" "$QDRANT_HTTP_PORT" "$QDRANT_GRPC_PORT"
+	write_qdrant_config "$QDRANT_SECURE_HOME" "$QDRANT_SECURE_HTTP_PORT" "$QDRANT_SECURE_GRPC_PORT" secure
+	log "qdrant: starting Qdrant $QDRANT_VERSION on 127.0.0.1:$QDRANT_GRPC_PORT (gRPC) and :$QDRANT_HTTP_PORT (REST); with an API key and TLS on :$QDRANT_SECURE_GRPC_PORT and :$QDRANT_SECURE_HTTP_PORT"
+	# Qdrant looks for its optional config/ directory in its working directory.
+	(cd "$QDRANT_HOME" && launch qdrant "$bin" --config-path "$QDRANT_HOME/config.yaml")
+	(cd "$QDRANT_SECURE_HOME" && launch qdrant-secure "$bin" --config-path "$QDRANT_SECURE_HOME/config.yaml")
+}
+
+stop_qdrant() {
+	stop_pid_service qdrant-secure
+	stop_pid_service qdrant
+}
+
+# qdrant_ready PORT [secure]: whether Qdrant's REST /readyz answers 200, which it
+# does once the collections on disk are loaded; the gRPC port opens only then too.
+qdrant_ready() {
+	if [[ ${2:-} == secure ]]; then
+		curl -fsS -m 3 --cacert "$TLS_DIR/ca.crt" "https://127.0.0.1:$1/readyz"
+	else
+		curl -fsS -m 3 "http://127.0.0.1:$1/readyz"
+	fi
 }
 
 wait_qdrant() {
-	wait_until qdrant "$LOG_DIR/qdrant.log" "$START_TIMEOUT_QDRANT" port_open "$QDRANT_GRPC_PORT"
-	log "qdrant: up on 127.0.0.1:$QDRANT_GRPC_PORT (test double, ./cmd/qdrant-double)"
+	local version
+	wait_until qdrant "$LOG_DIR/qdrant.log" "$START_TIMEOUT_QDRANT" qdrant_ready "$QDRANT_HTTP_PORT"
+	wait_until qdrant-secure "$LOG_DIR/qdrant-secure.log" "$START_TIMEOUT_QDRANT" qdrant_ready "$QDRANT_SECURE_HTTP_PORT" secure
+	version=$(curl -fsS -m 3 "http://127.0.0.1:$QDRANT_HTTP_PORT/" | sed -n 's/.*"version":"\([^"]*\)".*/\1/p')
+	log "qdrant: up on 127.0.0.1:$QDRANT_GRPC_PORT (Qdrant ${version:-?}); API key and TLS on 127.0.0.1:$QDRANT_SECURE_GRPC_PORT"
 }
 
 # --- commands -----------------------------------------------------------------------
@@ -607,6 +741,7 @@ in_order() {
 is_up() {
 	case $1 in
 	postgres) pg_running ;;
+	qdrant) running_pid qdrant >/dev/null && running_pid qdrant-secure >/dev/null ;;
 	*) running_pid "$1" >/dev/null ;;
 	esac
 }
@@ -634,17 +769,18 @@ cmd_stop() {
 	for s in $(in_order "$@" | tac); do
 		case $s in
 		postgres) stop_postgres ;;
+		qdrant) stop_qdrant ;;
 		*) stop_pid_service "$s" ;;
 		esac
 	done
 }
 
-# leftovers: pids of service processes (java, postgres, the double) whose command
+# leftovers: pids of service processes (java, postgres, qdrant) whose command
 # line names this checkout's service data or jar cache; none may survive `down`.
 leftovers() {
 	DIRS="$SERVICES_DIR/|$CACHE_DIR/|$(pg_home)/" ps -eo pid=,comm=,args= | awk '
 		BEGIN { n = split(ENVIRON["DIRS"], dirs, "|") }
-		$2 == "java" || $2 == "postgres" || $2 == "qdrant-double" {
+		$2 == "java" || $2 == "postgres" || $2 == "qdrant" {
 			for (i = 1; i <= n; i++) if (index($0, dirs[i])) { print $1; break }
 		}'
 }
@@ -692,6 +828,9 @@ export PROJECTOR_SECURE_POSTGRES_PASSWORD_FILE='$SECRETS_DIR/postgres-password'
 export PROJECTOR_SECURE_NEO4J_URI='bolt+s://127.0.0.1:$NEO4J_SECURE_BOLT_PORT'
 export PROJECTOR_SECURE_NEO4J_USER='neo4j'
 export PROJECTOR_SECURE_NEO4J_PASSWORD_FILE='$SECRETS_DIR/neo4j-password'
+export PROJECTOR_SECURE_QDRANT_ADDR='127.0.0.1:$QDRANT_SECURE_GRPC_PORT'
+export PROJECTOR_SECURE_QDRANT_API_KEY_FILE='$SECRETS_DIR/qdrant-api-key'
+export PROJECTOR_TEST_QDRANT_BIN='$(qdrant_bin_path)'
 EOF
 }
 
@@ -708,7 +847,7 @@ cmd_clean() {
 		postgres) rm -rf "$(pg_home)" ;;
 		kafka) rm -rf "$KAFKA_HOME" ;;
 		neo4j) rm -rf "$NEO4J_HOME" "$NEO4J_SECURE_HOME" ;;
-		qdrant) ;; # the double keeps its data in memory
+		qdrant) rm -rf "$QDRANT_HOME" "$QDRANT_SECURE_HOME" ;;
 		esac
 		rm -f "$LOG_DIR/$s.log" "$LOG_DIR/$s.log.1"
 	done

@@ -95,8 +95,7 @@ func Neo4jURI(t testing.TB) string {
 	return v
 }
 
-// QdrantAddr returns the gRPC address of Qdrant or its test double
-// (PROJECTOR_QDRANT_ADDR).
+// QdrantAddr returns the gRPC address of Qdrant (PROJECTOR_QDRANT_ADDR).
 func QdrantAddr(t testing.TB) string {
 	t.Helper()
 	v := lookup(t, "Qdrant", "PROJECTOR_QDRANT_ADDR")
