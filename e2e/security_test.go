@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,9 +30,9 @@ import (
 
 // secured is one test's view of the secured endpoints: the Kafka SASL_SSL
 // listener, PostgreSQL over TLS with the TLS-only role, the Neo4j with
-// authentication and Bolt over TLS (all from scripts/services.sh), and a
-// Qdrant double with an API key and TLS that the test starts. The secrets
-// are the real ones of those services.
+// authentication and Bolt over TLS, and the Qdrant with an API key and TLS
+// (all from scripts/services.sh). The secrets are the real ones of those
+// services.
 type secured struct {
 	t  *testing.T
 	w  *world
@@ -42,7 +41,9 @@ type secured struct {
 	brokers, kafkaUser, kafkaPassword, kafkaPasswordFile string
 	pgDSN, pgPassword                                    string
 	neoURI, neoUser, neoPassword                         string
-	qdrantAddr, qdrantCA, qdrantKey, qdrantKeyFile       string
+	qdrantAddr, qdrantKey, qdrantKeyFile                 string
+	// strangerCA signed none of the services' certificates.
+	strangerCA string
 }
 
 // secure finds the secured services, or skips (fails in CI) when
@@ -67,7 +68,7 @@ func secure(t *testing.T, w *world) *secured {
 	s.neoURI = env("Neo4j with authentication", "PROJECTOR_SECURE_NEO4J_URI")
 	s.neoUser = env("Neo4j with authentication", "PROJECTOR_SECURE_NEO4J_USER")
 	s.neoPassword = read("Neo4j with authentication", env("Neo4j with authentication", "PROJECTOR_SECURE_NEO4J_PASSWORD_FILE"))
-	s.startQdrant()
+	s.secureQdrant()
 	t.Cleanup(s.cleanup)
 	return s
 }
@@ -80,55 +81,19 @@ func (s *secured) secrets() map[string]string {
 	}
 }
 
-var buildDouble = sync.OnceValues(func() (string, error) {
-	// Next to the projector binary, so TestMain removes it too.
-	path := filepath.Join(filepath.Dir(bin), "qdrant-double")
-	out, err := exec.Command("go", "build", "-o", path, "../cmd/qdrant-double").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("build qdrant-double: %w\n%s", err, out)
-	}
-	return path, nil
-})
-
-// startQdrant runs the Qdrant double with a fresh, distinctive API key and
-// a certificate of a CA made for this test, as cmd/qdrant-double's
-// --api-key-file and --tls-cert-file give it.
-func (s *secured) startQdrant() {
+// secureQdrant reads the Qdrant of scripts/services.sh that requires its
+// API key and serves over TLS with the services' certificate, and gives
+// the test a CA that did not sign it, to be refused with.
+func (s *secured) secureQdrant() {
 	t := s.t
-	double, err := buildDouble()
+	s.qdrantAddr = testenv.Env(t, "Qdrant with an API key", "PROJECTOR_SECURE_QDRANT_ADDR")
+	s.qdrantKeyFile = testenv.Env(t, "Qdrant with an API key", "PROJECTOR_SECURE_QDRANT_API_KEY_FILE")
+	b, err := os.ReadFile(s.qdrantKeyFile)
 	if err != nil {
-		t.Fatal(err)
+		testenv.Missing(t, "Qdrant with an API key", err.Error())
 	}
-	ca := testtls.NewCA(t, "qdrant test CA")
-	server := ca.Server("127.0.0.1", "localhost")
-	s.qdrantCA = ca.CertFile
-	s.qdrantKey = "qdrant-api-key-" + randomHex(t)
-	s.qdrantKeyFile = filepath.Join(t.TempDir(), "qdrant-api-key")
-	if err := os.WriteFile(s.qdrantKeyFile, []byte(s.qdrantKey+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s.qdrantAddr = freeAddr(t)
-	cmd := exec.Command(double, "--addr", s.qdrantAddr, "--api-key-file", s.qdrantKeyFile,
-		"--tls-cert-file", server.CertFile, "--tls-key-file", server.KeyFile)
-	out := &syncBuffer{}
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		if strings.Contains(out.String(), s.qdrantKey) {
-			t.Errorf("qdrant-double printed its API key:\n%s", out)
-		}
-	})
-	waitFor(t, 10*time.Second, "the Qdrant double to listen", func() bool {
-		c, err := net.Dial("tcp", s.qdrantAddr)
-		if err == nil {
-			_ = c.Close()
-		}
-		return err == nil
-	})
+	s.qdrantKey = strings.TrimSpace(string(b))
+	s.strangerCA = testtls.NewCA(t, "a CA that signed none of the services").CertFile
 }
 
 func randomHex(t *testing.T) string {
@@ -147,7 +112,7 @@ func (s *secured) args() []string {
 		"--brokers", s.brokers, "--kafka-tls-ca-file", s.ca,
 		"--kafka-sasl-mechanism", "SCRAM-SHA-512", "--kafka-sasl-user", s.kafkaUser, "--kafka-sasl-password-file", s.kafkaPasswordFile,
 		"--neo4j-uri", s.neoURI, "--neo4j-user", s.neoUser, "--neo4j-tls-ca-file", s.ca,
-		"--qdrant-addr", s.qdrantAddr, "--qdrant-tls-ca-file", s.qdrantCA, "--qdrant-api-key-file", s.qdrantKeyFile,
+		"--qdrant-addr", s.qdrantAddr, "--qdrant-tls-ca-file", s.ca, "--qdrant-api-key-file", s.qdrantKeyFile,
 		"--log-level", "debug",
 	}
 }
@@ -196,18 +161,22 @@ func (s *secured) neo() neo4j.DriverWithContext {
 	return d
 }
 
-// qdrant connects to the test's Qdrant double with its key over TLS.
+// qdrant connects to the secured Qdrant with its key over TLS.
 func (s *secured) qdrant() *qdrant.Client {
 	s.t.Helper()
-	host, port, _ := net.SplitHostPort(s.qdrantAddr)
-	portN, _ := strconv.Atoi(port)
-	c, err := qdrant.NewClient(&qdrant.Config{Host: host, Port: portN, APIKey: s.qdrantKey, UseTLS: true,
-		TLSConfig: s.trusting(s.qdrantCA), SkipCompatibilityCheck: true})
+	c, err := s.qdrantClient()
 	if err != nil {
 		s.t.Fatal(err)
 	}
 	s.t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+func (s *secured) qdrantClient() (*qdrant.Client, error) {
+	host, port, _ := net.SplitHostPort(s.qdrantAddr)
+	portN, _ := strconv.Atoi(port)
+	return qdrant.NewClient(&qdrant.Config{Host: host, Port: portN, APIKey: s.qdrantKey, UseTLS: true,
+		TLSConfig: s.trusting(s.ca), SkipCompatibilityCheck: true})
 }
 
 // cleanup removes what the world wrote to the secured stores, which the
@@ -222,6 +191,10 @@ func (s *secured) cleanup() {
 		_, _ = neo4j.ExecuteQuery(ctx, d, `MATCH (n) WHERE (n:Document AND n.key STARTS WITH $p) OR (n:Chunk AND n.document_key STARTS WITH $p) DETACH DELETE n`,
 			map[string]any{"p": s.w.prefix}, neo4j.EagerResultTransformer)
 		_ = d.Close(ctx)
+	}
+	if c, err := s.qdrantClient(); err == nil {
+		_ = c.DeleteCollection(ctx, s.w.collection)
+		_ = c.Close()
 	}
 }
 
@@ -362,11 +335,11 @@ func TestWrongCredentials(t *testing.T) {
 	}{
 		{name: "Kafka SASL password", args: []string{"--kafka-sasl-password-file", wrongFile("kafka", wrongKafka)}, wrong: wrongKafka,
 			want: []string{"list Kafka topics", "SASL_AUTHENTICATION_FAILED"}},
-		{name: "Kafka CA", args: []string{"--kafka-tls-ca-file", s.qdrantCA}, wrong: wrongKafka,
+		{name: "Kafka CA", args: []string{"--kafka-tls-ca-file", s.strangerCA}, wrong: wrongKafka,
 			want: []string{"list Kafka topics", "certificate signed by unknown authority"}},
 		{name: "Qdrant API key", args: []string{"--qdrant-api-key-file", wrongFile("qdrant", wrongQdrant)}, wrong: wrongQdrant,
 			want: []string{"prepare index store (Qdrant)", "Invalid API key"}},
-		{name: "Qdrant CA", args: []string{"--qdrant-tls-ca-file", s.ca}, wrong: wrongQdrant,
+		{name: "Qdrant CA", args: []string{"--qdrant-tls-ca-file", s.strangerCA}, wrong: wrongQdrant,
 			want: []string{"prepare index store (Qdrant)", "certificate signed by unknown authority"}},
 		{name: "PostgreSQL password", env: []string{"PROJECTOR_POSTGRES_DSN=" + u.String()}, wrong: wrongPG,
 			want: []string{"prepare relational store (PostgreSQL)", "password authentication failed"}},

@@ -17,7 +17,6 @@ import (
 	"github.com/projector/projector/internal/fence"
 	"github.com/projector/projector/internal/keys"
 	"github.com/projector/projector/internal/project"
-	"github.com/projector/projector/internal/qdrantdouble"
 	"github.com/projector/projector/internal/store/graph"
 	"github.com/projector/projector/internal/store/index"
 	"github.com/projector/projector/internal/store/postgres"
@@ -129,16 +128,14 @@ func TestIDsFenceCatchesWhatCountsMiss(t *testing.T) {
 
 func openIndex(t *testing.T) (storeUnderTest, string) {
 	ctx := context.Background()
-	running, err := qdrantdouble.New(qdrantdouble.Options{}).Start(ctx, "127.0.0.1:0")
+	s, err := index.Open(index.Config{Addr: testenv.QdrantAddr(t), Collection: fmt.Sprintf("fence_%d", time.Now().UnixNano()), Dim: storetest.Dim})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = running.Close() })
-	s, err := index.Open(index.Config{Addr: running.Addr(), Collection: "fence", Dim: storetest.Dim})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
+	t.Cleanup(func() {
+		_ = s.Client().DeleteCollection(context.Background(), s.Collection())
+		_ = s.Close()
+	})
 	if err := s.Migrate(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -23,8 +23,8 @@ import (
 // BenchmarkReconcile reconciles stores that agree: every document is read
 // from the decision store, every store is read by key, and every store is
 // scanned for unknown documents. It reports documents per second, and the
-// time each store took to answer. The index is the Qdrant test double, so
-// "stores=graph,relational" measures reconcile on the real servers alone.
+// time each store took to answer; "stores=graph,relational" leaves the index
+// out, to show its share.
 func BenchmarkReconcile(b *testing.B) {
 	// RECONCILE_BENCH_DOCUMENTS documents of two chunks each; the default
 	// keeps `make bench` short, docs/benchmarks.md was measured with 100000.

@@ -299,7 +299,7 @@ func validUTF8(texts ...string) error {
 }
 
 // ChunkCounts returns the number of points per document with one exact
-// facet call over document_key.
+// facet call over document_key; a document without points is left out.
 func (s *Store) ChunkCounts(ctx context.Context, keys []string) (map[string]int, error) {
 	hits, err := s.client.Facet(ctx, &qdrant.FacetCounts{
 		CollectionName: s.cfg.Collection,
@@ -313,7 +313,11 @@ func (s *Store) ChunkCounts(ctx context.Context, keys []string) (map[string]int,
 	}
 	out := make(map[string]int, len(hits))
 	for _, h := range hits {
-		out[h.GetValue().GetStringValue()] = int(h.GetCount())
+		// Qdrant's exact facet can return a value whose points were all
+		// deleted, with count 0: such a document holds no chunk.
+		if h.GetCount() > 0 {
+			out[h.GetValue().GetStringValue()] = int(h.GetCount())
+		}
 	}
 	return out, nil
 }

@@ -12,25 +12,23 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/projector/projector/internal/project"
-	"github.com/projector/projector/internal/qdrantdouble"
 	"github.com/projector/projector/internal/store/storetest"
+	"github.com/projector/projector/internal/testenv"
 )
 
-// openTest runs the adapter against an in-process Qdrant double: the
-// adapter's behaviour, not the server's, is under test here.
+// openTest runs the adapter against the real Qdrant server, in a
+// collection of the test's own that its clean-up deletes.
 func openTest(t *testing.T, dim int) *Store {
 	t.Helper()
 	ctx := context.Background()
-	running, err := qdrantdouble.New(qdrantdouble.Options{}).Start(ctx, "127.0.0.1:0")
+	s, err := Open(Config{Addr: testenv.QdrantAddr(t), Collection: fmt.Sprintf("test_%d", time.Now().UnixNano()), Dim: dim, UpsertBatch: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = running.Close() })
-	s, err := Open(Config{Addr: running.Addr(), Collection: fmt.Sprintf("test_%d", time.Now().UnixNano()), Dim: dim, UpsertBatch: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = s.Close() })
+	t.Cleanup(func() {
+		_ = s.client.DeleteCollection(ctx, s.cfg.Collection)
+		_ = s.Close()
+	})
 	if err := s.Migrate(ctx); err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}

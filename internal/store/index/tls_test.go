@@ -3,36 +3,43 @@ package index
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
+	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/projector/projector/internal/project"
-	"github.com/projector/projector/internal/qdrantdouble"
+	"github.com/projector/projector/internal/testenv"
 	"github.com/projector/projector/internal/testtls"
 )
 
-// apiKey is distinctive, so a test can tell it never reached an error.
-const apiKey = "qdrant-test-key-6b1f0e2d"
-
+// TestTLSAndAPIKey runs the adapter against the two real Qdrant servers of
+// scripts/services.sh: the one that requires an API key over TLS, and the
+// plain one.
 func TestTLSAndAPIKey(t *testing.T) {
-	ca := testtls.NewCA(t, "qdrant test CA")
-	server := ca.Server("127.0.0.1", "localhost")
+	secure := testenv.Env(t, "Qdrant with an API key", "PROJECTOR_SECURE_QDRANT_ADDR")
+	keyFile := testenv.Env(t, "Qdrant with an API key", "PROJECTOR_SECURE_QDRANT_API_KEY_FILE")
+	caFile := testenv.Env(t, "the services' CA", "PROJECTOR_SECURE_CA_FILE")
+	plain := testenv.QdrantAddr(t)
+	b, err := os.ReadFile(keyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	apiKey := strings.TrimSpace(string(b))
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(pem) {
+		t.Fatalf("%s holds no certificate", caFile)
+	}
 	ctx := context.Background()
-	secure, err := qdrantdouble.New(qdrantdouble.Options{
-		APIKey: apiKey, TLS: &tls.Config{Certificates: []tls.Certificate{server.TLS}, MinVersion: tls.VersionTLS12},
-	}).Start(ctx, "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = secure.Close() })
-	plain, err := qdrantdouble.New(qdrantdouble.Options{}).Start(ctx, "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = plain.Close() })
+	collection := fmt.Sprintf("tls_test_%d", time.Now().UnixNano())
 
-	trusted := &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12}
+	trusted := &tls.Config{RootCAs: roots, MinVersion: tls.VersionTLS12}
 	stranger := &tls.Config{RootCAs: testtls.NewCA(t, "another CA").Pool(), MinVersion: tls.VersionTLS12}
 	tests := []struct {
 		name     string
@@ -42,20 +49,21 @@ func TestTLSAndAPIKey(t *testing.T) {
 		wantKind project.ErrorKind // when wantErr is set
 		wantErr  string
 	}{
-		{name: "trusted CA and the key", addr: secure.Addr(), key: apiKey, tls: trusted},
-		{name: "wrong key", addr: secure.Addr(), key: "wrong-key-7c2a", tls: trusted, wantKind: project.Fatal, wantErr: "Invalid API key"},
-		{name: "no key", addr: secure.Addr(), tls: trusted, wantKind: project.Fatal, wantErr: "Must provide an API key"},
-		{name: "certificate of an unknown CA", addr: secure.Addr(), key: apiKey, tls: stranger, wantKind: project.Fatal, wantErr: "x509: certificate signed by unknown authority"},
-		{name: "TLS to a plain server", addr: plain.Addr(), key: apiKey, tls: trusted, wantKind: project.Fatal, wantErr: "first record does not look like a TLS handshake"},
-		{name: "plain to a TLS server", addr: secure.Addr(), key: apiKey, wantKind: project.Transient, wantErr: "Unavailable"},
+		{name: "trusted CA and the key", addr: secure, key: apiKey, tls: trusted},
+		{name: "wrong key", addr: secure, key: "wrong-key-7c2a", tls: trusted, wantKind: project.Fatal, wantErr: "Invalid API key"},
+		{name: "no key", addr: secure, tls: trusted, wantKind: project.Fatal, wantErr: "Must provide an API key"},
+		{name: "certificate of an unknown CA", addr: secure, key: apiKey, tls: stranger, wantKind: project.Fatal, wantErr: "x509: certificate signed by unknown authority"},
+		{name: "TLS to a plain server", addr: plain, key: apiKey, tls: trusted, wantKind: project.Fatal, wantErr: "first record does not look like a TLS handshake"},
+		{name: "plain to a TLS server", addr: secure, key: apiKey, wantKind: project.Transient, wantErr: "Unavailable"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := Open(Config{Addr: tt.addr, Collection: "tls_test", Dim: 4, APIKey: tt.key, TLS: tt.tls})
+			s, err := Open(Config{Addr: tt.addr, Collection: collection, Dim: 4, APIKey: tt.key, TLS: tt.tls})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer s.Close()
+			defer func() { _ = s.Client().DeleteCollection(ctx, collection) }()
 			mctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			defer cancel()
 			err = s.Migrate(mctx)
