@@ -179,6 +179,7 @@ type storeFlags struct {
 	qdrantCollection  string
 	qdrantUpsertBatch int
 	qdrantUpserts     int
+	qdrantShards      int
 	qdrantAPIKey      secretFile
 	qdrantTLS         bool
 	qdrantTLSCAFile   string
@@ -200,6 +201,7 @@ func (s *storeFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&s.qdrantCollection, "qdrant-collection", "chunks", "Qdrant collection of the chunks")
 	fs.IntVar(&s.qdrantUpsertBatch, "qdrant-upsert-batch", 256, "points per Qdrant upsert call")
 	fs.IntVar(&s.qdrantUpserts, "qdrant-upsert-concurrency", 4, "Qdrant upsert calls of one batch in flight at once (per partition); the filtered delete of old points waits for all of them")
+	fs.IntVar(&s.qdrantShards, "qdrant-shards", 0, "shards of the Qdrant collection when the projector creates it (0: Qdrant's default, one per node); an existing collection keeps its own")
 	s.qdrantAPIKey.envVar = qdrantAPIKeyEnv
 	fs.Var(&s.qdrantAPIKey, "qdrant-api-key-file", "file holding the Qdrant API key (or set "+qdrantAPIKeyEnv+"; there is no flag for the key itself); use it with --qdrant-tls")
 	fs.BoolVar(&s.qdrantTLS, "qdrant-tls", false, "connect to Qdrant over TLS (implied by --qdrant-tls-ca-file)")
@@ -271,7 +273,7 @@ func (s *storeFlags) open(ctx context.Context) (*stores, error) {
 	}
 	idx, err := index.Open(index.Config{
 		Addr: s.qdrantAddr, Collection: s.qdrantCollection, Dim: s.vectorDim, UpsertBatch: s.qdrantUpsertBatch, UpsertConcurrency: s.qdrantUpserts,
-		APIKey: s.qdrantAPIKey.secret, TLS: qdrantTLS,
+		Shards: s.qdrantShards, APIKey: s.qdrantAPIKey.secret, TLS: qdrantTLS,
 	})
 	if err != nil {
 		return nil, err

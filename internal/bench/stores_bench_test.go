@@ -85,9 +85,10 @@ func runVariants(b *testing.B, prefix string, variants ...variant) {
 func BenchmarkStoreIndex(b *testing.B) {
 	addr := testenv.QdrantAddr(b)
 	ctx := context.Background()
-	open := func(b *testing.B, size, concurrency int) *index.Store {
+	open := func(b *testing.B, size, concurrency, shards int) *index.Store {
 		collection := fmt.Sprintf("storebench_%d", time.Now().UnixNano())
-		idx, err := index.Open(index.Config{Addr: addr, Collection: collection, Dim: storeBenchDim, UpsertBatch: size, UpsertConcurrency: concurrency})
+		idx, err := index.Open(index.Config{Addr: addr, Collection: collection, Dim: storeBenchDim,
+			UpsertBatch: size, UpsertConcurrency: concurrency, Shards: shards})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -103,14 +104,23 @@ func BenchmarkStoreIndex(b *testing.B) {
 	b.Run("upsert-batch", func(b *testing.B) {
 		var variants []variant
 		for _, size := range []int{256, 64, 1024} {
-			variants = append(variants, variant{fmt.Sprintf("points=%d", size), open(b, size, 4).Apply})
+			variants = append(variants, variant{fmt.Sprintf("points=%d", size), open(b, size, 4, 0).Apply})
 		}
 		runVariants(b, "", variants...)
 	})
 	b.Run("upsert-concurrency", func(b *testing.B) {
 		var variants []variant
 		for _, n := range []int{1, 2, 4, 8} {
-			variants = append(variants, variant{fmt.Sprintf("in-flight=%d", n), open(b, 256, n).Apply})
+			variants = append(variants, variant{fmt.Sprintf("in-flight=%d", n), open(b, 256, n, 0).Apply})
+		}
+		runVariants(b, "", variants...)
+	})
+	// Qdrant applies one shard's updates one at a time: more shards let
+	// concurrent upserts be applied in parallel.
+	b.Run("shards", func(b *testing.B) {
+		var variants []variant
+		for _, n := range []int{1, 2, 4} {
+			variants = append(variants, variant{fmt.Sprintf("shards=%d", n), open(b, 256, 4, n).Apply})
 		}
 		runVariants(b, "", variants...)
 	})

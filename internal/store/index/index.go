@@ -41,6 +41,11 @@ type Config struct {
 	// once: the server applies them in parallel, and the points built
 	// but not yet acknowledged stay under UpsertConcurrency × UpsertBatch.
 	UpsertConcurrency int
+	// Shards is the shard count of a collection that Migrate creates (0:
+	// Qdrant's default, one per node). Qdrant applies one shard's updates
+	// one at a time, so concurrent upserts gain from more shards only
+	// while the server has cores to spare.
+	Shards int
 }
 
 // Store is the Qdrant adapter. It is safe for concurrent use.
@@ -112,12 +117,16 @@ func (s *Store) Migrate(ctx context.Context) error {
 		return classify(ctx, fmt.Errorf("check collection %s: %w", s.cfg.Collection, err))
 	}
 	if !exists {
-		err := s.client.CreateCollection(ctx, &qdrant.CreateCollection{
+		create := &qdrant.CreateCollection{
 			CollectionName: s.cfg.Collection,
 			VectorsConfig: qdrant.NewVectorsConfig(&qdrant.VectorParams{
 				Size: uint64(s.cfg.Dim), Distance: qdrant.Distance_Cosine,
 			}),
-		})
+		}
+		if s.cfg.Shards > 0 {
+			create.ShardNumber = qdrant.PtrOf(uint32(s.cfg.Shards))
+		}
+		err := s.client.CreateCollection(ctx, create)
 		if err != nil && grpcCode(err) != codes.AlreadyExists {
 			return classify(ctx, fmt.Errorf("create collection %s: %w", s.cfg.Collection, err))
 		}

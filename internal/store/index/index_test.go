@@ -107,3 +107,25 @@ func TestClassify(t *testing.T) {
 		}
 	}
 }
+
+func TestMigrateCreatesShards(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(Config{Addr: testenv.QdrantAddr(t), Collection: fmt.Sprintf("shards_%d", time.Now().UnixNano()), Dim: storetest.Dim, Shards: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = s.client.DeleteCollection(ctx, s.cfg.Collection)
+		_ = s.Close()
+	})
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	info, err := s.client.GetCollectionInfo(ctx, s.cfg.Collection)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := info.GetConfig().GetParams().GetShardNumber(); got != 3 {
+		t.Errorf("shard number = %d, want 3", got)
+	}
+}
