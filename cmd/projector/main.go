@@ -46,6 +46,7 @@ func commands() []command {
 		{"probe", "check /healthz or /readyz of a running projector (container health checks)", probeCommand},
 		{"ledger-prune", "delete ledger rows older than the retention, keeping current versions' rows", ledgerPruneCommand},
 		{"bench", "measure throughput end to end against the real services, next to the stores' ceiling and a naive projector", benchCommand},
+		{"version", "print the version and commit of this build", versionCommand},
 	}
 }
 
@@ -62,6 +63,9 @@ func (e *exitError) Unwrap() error { return e.err }
 // is the only place that prints an error.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) int {
 	e := env{stdin: stdin, stdout: stdout, stderr: stderr, getenv: getenv}
+	if len(args) > 0 && (args[0] == "--version" || args[0] == "-version") {
+		args[0] = "version"
+	}
 	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
 		usage(stderr)
 		if len(args) == 0 {

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/projector/projector/internal/buildinfo"
 	"github.com/projector/projector/internal/consume"
 	"github.com/projector/projector/internal/dlq"
 	"github.com/projector/projector/internal/event"
@@ -135,8 +136,11 @@ func runService(ctx context.Context, f *runFlags, log *zap.Logger, getenv func(s
 		return err
 	}
 
+	build := buildinfo.Read()
+	log.Info("projector build", zap.String("version", build.Version), zap.String("revision", build.Revision), zap.String("go", build.GoVersion))
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	buildinfo.Register(reg, build)
 	status := health.New()
 	status.Register(reg)
 
