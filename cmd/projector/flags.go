@@ -303,8 +303,9 @@ func (st *stores) close(ctx context.Context) {
 // with the projector); a fatal problem such as a dimension mismatch or a
 // wrong credential stops, with an error that names the server. It is the
 // first thing `projector run` does with the stores, so it also warns about
-// secrets given on the command line.
-func (st *stores) migrate(ctx context.Context, log *zap.Logger) error {
+// secrets given on the command line. Without applySchema the relational
+// schema is only checked: it must be at this build's version already.
+func (st *stores) migrate(ctx context.Context, log *zap.Logger, applySchema bool) error {
 	for _, e := range st.exposed {
 		log.Warn("a secret was given on the command line, where ps shows it to every user of the machine; set it through "+e.instead+" instead",
 			zap.String("flag", e.flag))
@@ -317,6 +318,9 @@ func (st *stores) migrate(ctx context.Context, log *zap.Logger) error {
 		{project.StoreIndex, "Qdrant", st.index.Migrate},
 		{project.StoreGraph, "Neo4j", st.graph.Migrate},
 		{project.StoreRelational, "PostgreSQL", st.relational.Migrate},
+	}
+	if !applySchema {
+		steps[2].fn = st.relational.CheckSchema
 	}
 	for _, s := range steps {
 		err := waitUntil(ctx, log, "store", s.fn, storeTransient, zap.String("store", s.name), zap.String("server", s.server))

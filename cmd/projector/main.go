@@ -46,6 +46,7 @@ func commands() []command {
 		{"probe", "check /healthz or /readyz of a running projector (container health checks)", probeCommand},
 		{"ledger-prune", "delete ledger rows older than the retention, keeping current versions' rows", ledgerPruneCommand},
 		{"bench", "measure throughput end to end against the real services, next to the stores' ceiling and a naive projector", benchCommand},
+		{"migrate", "prepare the three stores (collection, constraints, schema migrations) for this build, then exit", migrateCommand},
 		{"version", "print the version and commit of this build", versionCommand},
 	}
 }

@@ -62,6 +62,7 @@ type runFlags struct {
 	groupInstanceID string
 	retryMax        time.Duration
 	traceTopic      string
+	migrate         bool
 }
 
 func (f *runFlags) register(fs *flag.FlagSet) {
@@ -91,6 +92,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.sessionTimeout, "session-timeout", 45*time.Second, "how long the group waits for a silent member before moving its partitions (the broker bounds it, 6s..30m by default)")
 	fs.StringVar(&f.groupInstanceID, "group-instance-id", "", "static group membership id (KIP-345): a restarted process with the same id gets its partitions back at once; one distinct id per process (e.g. the pod name of a StatefulSet)")
 	fs.DurationVar(&f.retryMax, "retry-max", 30*time.Second, "longest wait between retries of a failing store")
+	fs.BoolVar(&f.migrate, "migrate", true, "apply the PostgreSQL schema migrations this build lacks at start; false: refuse a schema that is not at this build's version (migrate with projector migrate first)")
 	fs.StringVar(&f.traceTopic, "trace-topic", "", "when set, write a record per event and stage (received, projected, failed) to this topic, keyed by the idempotency key")
 }
 
@@ -172,7 +174,7 @@ func serve(ctx context.Context, f *runFlags, log *zap.Logger, reg *prometheus.Re
 		return err
 	}
 	defer st.close(context.WithoutCancel(ctx))
-	if err := st.migrate(ctx, log); err != nil {
+	if err := st.migrate(ctx, log, f.migrate); err != nil {
 		return err
 	}
 	embedder, err := f.embed.open(ctx, log.With(zap.String("component", "embed")), reg, st.relational)

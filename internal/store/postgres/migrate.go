@@ -2,9 +2,12 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/projector/projector/internal/project"
 )
 
 // migrations are applied in order, each once, recorded in
@@ -71,9 +74,40 @@ CREATE TABLE embedding_cache (
 // several projector processes start at once.
 const migrationLock = 0x70726f6a // "proj"
 
-// Migrate creates the schema and applies the migrations it lacks. It is
-// safe to run from several processes at once and on every start.
-func (s *Store) Migrate(ctx context.Context) error {
+// SchemaVersion is the schema version this build writes: the number of its
+// migrations.
+func SchemaVersion() int { return len(migrations) }
+
+// SchemaError says that the schema is not at the version this build
+// writes. A build must not write a schema newer than it knows (after a
+// rollback, say): it would miss the columns and rules that the newer build
+// relies on. Retrying cannot help, so it is fatal.
+type SchemaError struct {
+	Schema string
+	// Have is the schema's version, Want this build's.
+	Have, Want int
+}
+
+func (e *SchemaError) Error() string {
+	if e.Have > e.Want {
+		return fmt.Sprintf("schema %s is at version %d, newer than this build's %d: a newer projector migrated it; run that version or a newer one (docs/upgrading.md, \"Rolling back\")",
+			e.Schema, e.Have, e.Want)
+	}
+	return fmt.Sprintf("schema %s is at version %d, older than this build's %d: run projector migrate first, or let run migrate (--migrate, the default)",
+		e.Schema, e.Have, e.Want)
+}
+
+// Migrate creates the schema and applies the migrations it lacks; a schema
+// newer than this build stops it with a SchemaError. It is safe to run from
+// several processes at once and on every start.
+func (s *Store) Migrate(ctx context.Context) error { return s.migrate(ctx, true) }
+
+// CheckSchema returns a SchemaError unless the schema is at exactly this
+// build's version, and changes nothing: for `run --migrate=false`, where
+// migrations are a step of their own (`projector migrate`).
+func (s *Store) CheckSchema(ctx context.Context) error { return s.migrate(ctx, false) }
+
+func (s *Store) migrate(ctx context.Context, apply bool) error {
 	// The schema name was validated by Open; identifiers cannot be
 	// parameters, so it is quoted by pgx.
 	createSchema := "CREATE SCHEMA IF NOT EXISTS " + pgx.Identifier{s.schema}.Sanitize()
@@ -81,16 +115,28 @@ func (s *Store) Migrate(ctx context.Context) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLock); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, createSchema); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+		if apply {
+			if _, err := tx.Exec(ctx, createSchema); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
 			version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
-			return err
+				return err
+			}
 		}
 		var done int
-		if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&done); err != nil {
+		var exists bool
+		if err := tx.QueryRow(ctx, `SELECT to_regclass('schema_migrations') IS NOT NULL`).Scan(&exists); err != nil {
 			return err
+		}
+		if exists {
+			if err := tx.QueryRow(ctx, `SELECT coalesce(max(version), 0) FROM schema_migrations`).Scan(&done); err != nil {
+				return err
+			}
+		}
+		if done > len(migrations) || (!apply && done != len(migrations)) {
+			return &project.StoreError{Store: project.StoreRelational, Kind: project.Fatal,
+				Err: &SchemaError{Schema: s.schema, Have: done, Want: len(migrations)}}
 		}
 		for i := done; i < len(migrations); i++ {
 			if _, err := tx.Exec(ctx, migrations[i]); err != nil {
@@ -102,6 +148,10 @@ func (s *Store) Migrate(ctx context.Context) error {
 		}
 		return nil
 	})
+	var schemaErr *SchemaError
+	if errors.As(err, &schemaErr) {
+		return err
+	}
 	if err != nil {
 		return classify(fmt.Errorf("migrate schema %s: %w", s.schema, err))
 	}

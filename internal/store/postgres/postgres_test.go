@@ -2,7 +2,9 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -60,6 +62,59 @@ func TestMigrateIsIdempotent(t *testing.T) {
 	}
 	if n != len(migrations) {
 		t.Errorf("schema_migrations rows = %d, want %d", n, len(migrations))
+	}
+}
+
+// TestSchemaGuard plays a rollback: a newer build has migrated the schema
+// one version past this build's, and this build must refuse to write it.
+func TestSchemaGuard(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	if err := s.CheckSchema(ctx); err != nil {
+		t.Fatalf("CheckSchema of a schema at this build's version: %v, want nil", err)
+	}
+	if _, err := s.pool.Exec(ctx, `INSERT INTO schema_migrations (version) VALUES ($1)`, SchemaVersion()+1); err != nil {
+		t.Fatal(err)
+	}
+	for name, check := range map[string]func(context.Context) error{"Migrate": s.Migrate, "CheckSchema": s.CheckSchema} {
+		err := check(ctx)
+		var schemaErr *SchemaError
+		if !errors.As(err, &schemaErr) || schemaErr.Have != SchemaVersion()+1 || schemaErr.Want != SchemaVersion() {
+			t.Fatalf("%s of a newer schema: %v, want a SchemaError with versions %d and %d", name, err, SchemaVersion()+1, SchemaVersion())
+		}
+		if project.KindOf(err) != project.Fatal {
+			t.Errorf("%s of a newer schema: kind %s, want fatal", name, project.KindOf(err))
+		}
+		if !strings.Contains(err.Error(), "newer than this build") {
+			t.Errorf("%s: %q does not say the schema is newer than the build", name, err)
+		}
+	}
+}
+
+// TestCheckSchemaChangesNothing requires that a build told not to migrate
+// refuses an empty schema without creating anything in it.
+func TestCheckSchemaChangesNothing(t *testing.T) {
+	ctx := context.Background()
+	schema := fmt.Sprintf("test_check_%d", time.Now().UnixNano())
+	s, err := Open(ctx, testenv.PostgresDSN(t), schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if err := s.Ping(ctx); err != nil {
+		testenv.Missing(t, "PostgreSQL", err.Error())
+	}
+	err = s.CheckSchema(ctx)
+	var schemaErr *SchemaError
+	if !errors.As(err, &schemaErr) || schemaErr.Have != 0 {
+		t.Fatalf("CheckSchema of a missing schema: %v, want a SchemaError at version 0", err)
+	}
+	var n int
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_namespace WHERE nspname = $1`, schema).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("CheckSchema created schema %s", schema)
 	}
 }
 
