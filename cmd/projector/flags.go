@@ -36,10 +36,11 @@ func newFlagSet(name, synopsis string, e env) *flag.FlagSet {
 }
 
 // parse reads args and the environment into fs, then the secrets the
-// flags name (see secretFile).
+// flags name (see secretFile). A flag or variable that does not parse is a
+// usage error; a secret file that cannot be read is not.
 func parse(fs *flag.FlagSet, args []string, e env) error {
 	if err := config.Parse(fs, args, e.getenv); err != nil {
-		return err
+		return usageError(err)
 	}
 	return resolveSecrets(fs, e.getenv)
 }
@@ -58,7 +59,7 @@ func (l *logFlags) register(fs *flag.FlagSet) {
 func (l *logFlags) logger(e env) (*zap.Logger, error) {
 	level, err := zapcore.ParseLevel(l.level)
 	if err != nil {
-		return nil, fmt.Errorf("--log-level: %w", err)
+		return nil, usageError(fmt.Errorf("--log-level: %w", err))
 	}
 	var enc zapcore.Encoder
 	switch l.format {
@@ -71,7 +72,7 @@ func (l *logFlags) logger(e env) (*zap.Logger, error) {
 		cfg.EncodeTime = zapcore.TimeEncoderOfLayout(time.TimeOnly)
 		enc = zapcore.NewConsoleEncoder(cfg)
 	default:
-		return nil, fmt.Errorf("--log-format %q: want json or console", l.format)
+		return nil, usageError(fmt.Errorf("--log-format %q: want json or console", l.format))
 	}
 	return zap.New(zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(e.stderr)), level)), nil
 }

@@ -34,7 +34,7 @@ func idsCommand(ctx context.Context, args []string, e env) error {
 		rest = fs.Args()[1:]
 	}
 	if err := parse(fs, nil, e); err != nil {
-		return usageError(err)
+		return err
 	}
 	if len(pos) != 3 {
 		fs.Usage()

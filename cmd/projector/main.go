@@ -60,6 +60,19 @@ type exitError struct {
 func (e *exitError) Error() string { return e.err.Error() }
 func (e *exitError) Unwrap() error { return e.err }
 
+// exitUsage is the status of every usage error: a flag or argument that is
+// unknown, malformed or out of range, in any subcommand.
+const exitUsage = 2
+
+// usageError marks a bad flag or argument: exit status 2.
+func usageError(err error) error {
+	var exit *exitError
+	if err == nil || errors.Is(err, flag.ErrHelp) || errors.As(err, &exit) {
+		return err
+	}
+	return &exitError{code: exitUsage, err: err}
+}
+
 // run dispatches to a subcommand and turns its error into an exit code. It
 // is the only place that prints an error.
 func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) int {

@@ -22,14 +22,14 @@ func migrateCommand(ctx context.Context, args []string, e env) error {
 	sf.register(fs)
 	fs.DurationVar(&timeout, "timeout", 5*time.Minute, "how long to wait for a store that does not answer yet")
 	if err := parse(fs, args, e); err != nil {
-		return usageError(err)
+		return err
 	}
 	if fs.NArg() > 0 {
 		return usageError(fmt.Errorf("unexpected argument %q", fs.Arg(0)))
 	}
 	log, err := lf.logger(e)
 	if err != nil {
-		return usageError(err)
+		return err
 	}
 	defer func() { _ = log.Sync() }()
 	ctx, cancel := context.WithTimeout(ctx, timeout)

@@ -62,7 +62,7 @@ func reconcileCommand(ctx context.Context, args []string, e env) error {
 	fs := newFlagSet("reconcile", "reconcile [flags]", e)
 	f.register(fs)
 	if err := parse(fs, args, e); err != nil {
-		return usageError(err)
+		return err
 	}
 	cfg := reconcile.Config{Prefix: f.keyPrefix, PageSize: f.pageSize, Repair: f.repair, DeleteOrphans: f.deleteOrphans, ProgressEvery: f.progressEvery}
 	switch {
@@ -267,7 +267,7 @@ func ledgerPruneCommand(ctx context.Context, args []string, e env) error {
 	fs.DurationVar(&retention, "retention", 720*time.Hour, "keep ledger rows projected within this long; older ones go, except each document's current-version row")
 	fs.IntVar(&batch, "batch", 1000, "rows deleted per transaction, 1 to 100000")
 	if err := parse(fs, args, e); err != nil {
-		return usageError(err)
+		return err
 	}
 	switch {
 	case fs.NArg() > 0:

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"slices"
@@ -32,14 +31,6 @@ const (
 // command instead of hanging it.
 const kafkaTimeout = 30 * time.Second
 
-// usageError marks a bad flag or argument: exit status 2.
-func usageError(err error) error {
-	if err == nil || errors.Is(err, flag.ErrHelp) {
-		return err
-	}
-	return &exitError{code: 2, err: err}
-}
-
 func replayCommand(ctx context.Context, args []string, e env) error {
 	var (
 		lf         logFlags
@@ -57,7 +48,7 @@ func replayCommand(ctx context.Context, args []string, e env) error {
 	fs.StringVar(&to, "to", "", "where the group resumes: earliest, an offset (clamped to each partition's range), or an RFC 3339 time (the first record at or after it)")
 	fs.StringVar(&partitions, "partitions", "", "comma-separated partitions to reset (default: all)")
 	if err := parse(fs, args, e); err != nil {
-		return usageError(err)
+		return err
 	}
 	target, err := parseReplayTarget(to)
 	if err != nil {

@@ -117,15 +117,15 @@ func runCommand(ctx context.Context, args []string, e env) error {
 func runService(ctx context.Context, f *runFlags, log *zap.Logger, getenv func(string) string) error {
 	fenceMode, err := fence.ParseMode(f.fence)
 	if err != nil {
-		return err
+		return usageError(err)
 	}
 	onConflict := project.ConflictPolicy(f.onConflict)
 	if onConflict != project.ConflictDLQ && onConflict != project.ConflictOverwrite {
-		return fmt.Errorf("--on-conflict %q: want dlq or overwrite", f.onConflict)
+		return usageError(fmt.Errorf("--on-conflict %q: want dlq or overwrite", f.onConflict))
 	}
 	onMismatch := project.FencePolicy(f.onFenceMismatch)
 	if onMismatch != project.FenceDLQ && onMismatch != project.FenceHalt {
-		return fmt.Errorf("--on-fence-mismatch %q: want dlq or halt", f.onFenceMismatch)
+		return usageError(fmt.Errorf("--on-fence-mismatch %q: want dlq or halt", f.onFenceMismatch))
 	}
 	if f.instanceID == "" {
 		host, _ := os.Hostname()
