@@ -28,6 +28,9 @@ import (
 func newFlagSet(name, synopsis string, e env) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
+	if e.onFlagSet != nil {
+		e.onFlagSet(fs)
+	}
 	fs.Usage = func() {
 		fmt.Fprintf(e.stderr, "usage: projector %s\n\nflags (each also read from PROJECTOR_<FLAG_NAME>):\n", synopsis)
 		fs.PrintDefaults()

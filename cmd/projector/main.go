@@ -16,7 +16,8 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr, os.Getenv)
+	e := env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, environ: os.Environ}
+	code := dispatch(ctx, os.Args[1:], e)
 	stop()
 	os.Exit(code)
 }
@@ -26,6 +27,9 @@ type command struct {
 	name    string
 	summary string
 	run     func(ctx context.Context, args []string, env env) error
+	// logsWarnings: the command writes a JSON log to stderr and logs the
+	// start-up warnings itself (env.warnings), so that stderr stays JSON.
+	logsWarnings bool
 }
 
 // env is what a subcommand may touch of its process.
@@ -34,20 +38,28 @@ type env struct {
 	stdout io.Writer
 	stderr io.Writer
 	getenv func(string) string
+	// environ lists the environment (os.Environ), to find PROJECTOR_*
+	// variables that no flag reads; nil in tests that need no such check.
+	environ func() []string
+	// warnings are said once at start: variables that no flag reads.
+	warnings []string
+	// onFlagSet, when set, is given every flag set a command creates, so
+	// that knownVariables can list the flags of every command.
+	onFlagSet func(*flag.FlagSet)
 }
 
 func commands() []command {
 	return []command{
-		{"run", "consume the document topic and project it into the three stores", runCommand},
-		{"publish", "publish documents, one JSON object a line, keyed by document_key", publishCommand},
-		{"ids", "print the chunk ids of a document version (--check: look them up in the stores)", idsCommand},
-		{"replay", "reset the consumer group's offsets (earliest, an offset or a time) to project again", replayCommand},
-		{"reconcile", "compare the three stores with the decision store by chunk ids; --repair fixes", reconcileCommand},
-		{"probe", "check /healthz or /readyz of a running projector (container health checks)", probeCommand},
-		{"ledger-prune", "delete ledger rows older than the retention, keeping current versions' rows", ledgerPruneCommand},
-		{"bench", "measure throughput end to end against the real services, next to the stores' ceiling and a naive projector", benchCommand},
-		{"migrate", "prepare the three stores (collection, constraints, schema migrations) for this build, then exit", migrateCommand},
-		{"version", "print the version and commit of this build", versionCommand},
+		{name: "run", summary: "consume the document topic and project it into the three stores", run: runCommand, logsWarnings: true},
+		{name: "publish", summary: "publish documents, one JSON object a line, keyed by document_key", run: publishCommand},
+		{name: "ids", summary: "print the chunk ids of a document version (--check: look them up in the stores)", run: idsCommand},
+		{name: "replay", summary: "reset the consumer group's offsets (earliest, an offset or a time) to project again", run: replayCommand},
+		{name: "reconcile", summary: "compare the three stores with the decision store by chunk ids; --repair fixes", run: reconcileCommand},
+		{name: "probe", summary: "check /healthz or /readyz of a running projector (container health checks)", run: probeCommand},
+		{name: "ledger-prune", summary: "delete ledger rows older than the retention, keeping current versions' rows", run: ledgerPruneCommand},
+		{name: "bench", summary: "measure throughput end to end against the real services, next to the stores' ceiling and a naive projector", run: benchCommand},
+		{name: "migrate", summary: "prepare the three stores (collection, constraints, schema migrations) for this build, then exit", run: migrateCommand},
+		{name: "version", summary: "print the version and commit of this build", run: versionCommand},
 	}
 }
 
@@ -73,10 +85,10 @@ func usageError(err error) error {
 	return &exitError{code: exitUsage, err: err}
 }
 
-// run dispatches to a subcommand and turns its error into an exit code. It
-// is the only place that prints an error.
-func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) int {
-	e := env{stdin: stdin, stdout: stdout, stderr: stderr, getenv: getenv}
+// dispatch runs a subcommand and turns its error into an exit code. It is
+// the only place that prints an error.
+func dispatch(ctx context.Context, args []string, e env) int {
+	stderr := e.stderr
 	if len(args) > 0 && (args[0] == "--version" || args[0] == "-version") {
 		args[0] = "version"
 	}
@@ -90,6 +102,14 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	for _, c := range commands() {
 		if c.name != args[0] {
 			continue
+		}
+		if e.environ != nil {
+			e.warnings = unknownVariables(ctx, e.environ())
+		}
+		if !c.logsWarnings {
+			for _, w := range e.warnings {
+				fmt.Fprintf(stderr, "projector %s: warning: %s\n", c.name, w)
+			}
 		}
 		err := c.run(ctx, args[1:], e)
 		var exit *exitError

@@ -3,9 +3,58 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"strings"
 	"testing"
 )
+
+// run runs the command line args as main does, without the check of the
+// environment for unknown variables.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer, getenv func(string) string) int {
+	return dispatch(ctx, args, env{stdin: stdin, stdout: stdout, stderr: stderr, getenv: getenv})
+}
+
+// TestUnknownVariablesWarn sets a misspelt variable beside correct ones:
+// only the misspelt one is warned about, by every command, as a plain line
+// where stderr is plain and as a log line where it is the JSON log of run.
+func TestUnknownVariablesWarn(t *testing.T) {
+	environ := []string{
+		"PROJECTOR_BATCH_RECORD=100",            // misspelt --batch-records
+		"PROJECTOR_BATCH_RECORDS=100",           // a flag of run
+		"PROJECTOR_REPAIR=true",                 // a flag of reconcile only
+		"PROJECTOR_KAFKA_SASL_PASSWORD=x",       // a secret without a flag
+		"PROJECTOR_EMBED_API_KEY=x",             // likewise
+		"PROJECTOR_SECURE_BROKERS=127.0.0.1:1",  // the development services'
+		"PROJECTOR_TEST_QDRANT_BIN=/bin/qdrant", // likewise
+		"PATH=/usr/bin",
+	}
+	getenv := func(k string) string {
+		for _, kv := range environ {
+			if name, v, _ := strings.Cut(kv, "="); name == k {
+				return v
+			}
+		}
+		return ""
+	}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"version"}, "projector version: warning: PROJECTOR_BATCH_RECORD is set, but no flag of any command reads it"},
+		{[]string{"run", "--fence", "bogus"}, `"msg":"PROJECTOR_BATCH_RECORD is set, but no flag of any command reads it`},
+	} {
+		var stdout, stderr bytes.Buffer
+		dispatch(context.Background(), tt.args, env{stdin: strings.NewReader(""), stdout: &stdout, stderr: &stderr,
+			getenv: getenv, environ: func() []string { return environ }})
+		out := stderr.String()
+		if !strings.Contains(out, tt.want) {
+			t.Errorf("projector %s: stderr %q, want it to contain %q", tt.args[0], out, tt.want)
+		}
+		if n := strings.Count(out, "no flag of any command reads"); n != 1 {
+			t.Errorf("projector %s: %d warnings, want 1 (only the misspelt name):\n%s", tt.args[0], n, out)
+		}
+	}
+}
 
 // TestEveryCommandExits2OnUsageErrors requires status 2 for a usage error in every
 // subcommand, whether the flag is unknown, its value malformed, or its

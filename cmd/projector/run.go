@@ -111,6 +111,9 @@ func runCommand(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	defer func() { _ = log.Sync() }()
+	for _, w := range e.warnings {
+		log.Warn(w)
+	}
 	return runService(ctx, &f, log, e.getenv)
 }
 
