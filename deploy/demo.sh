@@ -65,7 +65,7 @@ round() {
 version=$(date +%s)
 n=1
 while :; do
-	round "$version" | projector publish
+	round "$version" | projector publish --create-topic
 	if [ "$rounds" -gt 0 ] && [ "$n" -ge "$rounds" ]; then
 		exit 0
 	fi

@@ -27,6 +27,7 @@ func publishCommand(ctx context.Context, args []string, e env) error {
 		file     string
 		maxBytes int
 		parts    int
+		create   bool
 	)
 	fs := newFlagSet("publish", "publish [flags] (reads JSON lines from --file or standard input)", e)
 	lf.register(fs)
@@ -34,7 +35,8 @@ func publishCommand(ctx context.Context, args []string, e env) error {
 	fs.StringVar(&topic, "topic", "documents", "topic to publish to")
 	fs.StringVar(&file, "file", "-", "file of documents, one JSON object a line; - is standard input")
 	fs.IntVar(&maxBytes, "max-record-bytes", event.DefaultLimits().MaxRecordBytes, "longest line accepted")
-	fs.IntVar(&parts, "partitions", 3, "partitions of the topic when publish has to create it (0: never create it)")
+	fs.BoolVar(&create, "create-topic", false, "create --topic when it does not exist; without it a missing topic (a misspelt name, say) is an error")
+	fs.IntVar(&parts, "partitions", 3, "with --create-topic: partitions of the topic it creates")
 	if err := parse(fs, args, e); err != nil {
 		return err
 	}
@@ -60,7 +62,7 @@ func publishCommand(ctx context.Context, args []string, e env) error {
 		return fmt.Errorf("kafka client: %w", err)
 	}
 	defer cl.Close()
-	if err := createTopic(ctx, cl, log, topic, parts); err != nil {
+	if err := ensureTopic(ctx, cl, log, topic, create, parts); err != nil {
 		return err
 	}
 	n, err := publish(ctx, cl, in, maxBytes)
@@ -141,8 +143,10 @@ func readLine(r *bufio.Reader, max int) ([]byte, error) {
 	}
 }
 
-// createTopic creates topic with partitions when it does not exist.
-func createTopic(ctx context.Context, cl *kgo.Client, log *zap.Logger, topic string, partitions int) error {
+// ensureTopic checks that topic exists; with create it creates a missing
+// one with partitions. Creating only when asked keeps a misspelt --topic
+// from making a topic that nothing reads.
+func ensureTopic(ctx context.Context, cl *kgo.Client, log *zap.Logger, topic string, create bool, partitions int) error {
 	adm := kadm.NewClient(cl)
 	details, err := adm.ListTopics(ctx, topic)
 	if err != nil {
@@ -151,8 +155,11 @@ func createTopic(ctx context.Context, cl *kgo.Client, log *zap.Logger, topic str
 	if d, ok := details[topic]; ok && d.Err == nil {
 		return nil
 	}
+	if !create {
+		return fmt.Errorf("topic %s does not exist: check --topic, create the topic, or pass --create-topic", topic)
+	}
 	if partitions <= 0 {
-		return fmt.Errorf("topic %s does not exist (create it, or set --partitions to let publish create it)", topic)
+		return usageError(fmt.Errorf("--partitions %d: want at least 1", partitions))
 	}
 	resp, err := adm.CreateTopic(ctx, int32(partitions), -1, nil, topic)
 	if err == nil {
