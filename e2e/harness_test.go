@@ -438,9 +438,21 @@ func (w *world) committedEqualsEnd() {
 // deadLetters reads every record of the dead-letter topic.
 func (w *world) deadLetters() []*kgo.Record {
 	w.t.Helper()
+	return w.readTopic(w.dlqTopic)
+}
+
+// records returns every record of the world's document topic.
+func (w *world) records() []*kgo.Record {
+	w.t.Helper()
+	return w.readTopic(w.topic)
+}
+
+// readTopic returns every record of topic, from the start to its end now.
+func (w *world) readTopic(topic string) []*kgo.Record {
+	w.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	ends, err := w.adm.ListEndOffsets(ctx, w.dlqTopic)
+	ends, err := w.adm.ListEndOffsets(ctx, topic)
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -453,7 +465,7 @@ func (w *world) deadLetters() []*kgo.Record {
 	if want == 0 {
 		return nil
 	}
-	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(w.brokers, ",")...), kgo.ConsumeTopics(w.dlqTopic),
+	cl, err := kgo.NewClient(kgo.SeedBrokers(strings.Split(w.brokers, ",")...), kgo.ConsumeTopics(topic),
 		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()))
 	if err != nil {
 		w.t.Fatal(err)
@@ -463,7 +475,7 @@ func (w *world) deadLetters() []*kgo.Record {
 	for int64(len(out)) < want {
 		f := cl.PollFetches(ctx)
 		if ctx.Err() != nil {
-			w.t.Fatalf("read %d of %d dead letters: %v", len(out), want, ctx.Err())
+			w.t.Fatalf("read %d of %d records of %s: %v", len(out), want, topic, ctx.Err())
 		}
 		out = append(out, f.Records()...)
 	}

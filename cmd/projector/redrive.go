@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap"
+
+	"github.com/projector/projector/internal/dlq"
+	"github.com/projector/projector/internal/redrive"
+)
+
+// redriveCommand publishes chosen dead letters back to the document topic.
+func redriveCommand(ctx context.Context, args []string, e env) error {
+	var (
+		lf                logFlags
+		kf                kafkaFlags
+		cfg               redrive.Config
+		reasons           string
+		since, until      string
+		fromOff, toOff    int64
+		progress, timeout time.Duration
+	)
+	fs := newFlagSet("redrive", "redrive [--reason R[,R...]] [--since T] [--until T] [--from-offset N] [--to-offset N] [--dry-run] [flags]", e)
+	lf.register(fs)
+	kf.register(fs)
+	fs.StringVar(&cfg.DLQTopic, "dlq-topic", "documents.dlq", "dead-letter topic to read")
+	fs.StringVar(&cfg.Topic, "topic", "documents", "topic to publish the dead letters back to")
+	fs.StringVar(&cfg.Group, "group", "", "consumer group that keeps this redrive's position in the dead-letter topic (default: projector-redrive.<reasons>, or projector-redrive.all), so that a rerun sends nothing twice")
+	fs.StringVar(&reasons, "reason", "", "comma-separated projector-error-reason values to send back (default: every reason)")
+	fs.StringVar(&since, "since", "", "only dead letters written at or after this RFC 3339 time")
+	fs.StringVar(&until, "until", "", "only dead letters written before this RFC 3339 time")
+	fs.Int64Var(&fromOff, "from-offset", 0, "only dead letters at or after this offset of their dead-letter partition")
+	fs.Int64Var(&toOff, "to-offset", -1, "only dead letters before this offset of their dead-letter partition (-1: no bound)")
+	fs.BoolVar(&cfg.DryRun, "dry-run", false, "list what would be sent, one line a record, and send and commit nothing")
+	fs.IntVar(&cfg.Batch, "batch", 1000, "records published before the position is committed; a killed redrive sends at most this many again")
+	fs.DurationVar(&progress, "progress", 10*time.Second, "how often a long redrive logs how far it got")
+	fs.DurationVar(&timeout, "timeout", 30*time.Minute, "how long the whole redrive may take")
+	if err := parse(fs, args, e); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError(fmt.Errorf("unexpected argument %q", fs.Arg(0)))
+	}
+	sel, err := parseSelection(reasons, since, until, fromOff, toOff)
+	if err != nil {
+		return usageError(err)
+	}
+	cfg.Selection, cfg.Progress = sel, progress
+	if cfg.Batch <= 0 {
+		return usageError(fmt.Errorf("--batch %d: want at least 1", cfg.Batch))
+	}
+	if cfg.Group == "" {
+		cfg.Group = "projector-redrive.all"
+		if len(sel.Reasons) > 0 {
+			cfg.Group = "projector-redrive." + strings.Join(sel.Reasons, ",")
+		}
+	}
+	log, err := lf.logger(e)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = log.Sync() }()
+	opts, err := kf.opts(log)
+	if err != nil {
+		return usageError(err)
+	}
+	cl, err := kgo.NewClient(append(opts, kgo.ClientID("projector-redrive"), kgo.ProducerLinger(0))...)
+	if err != nil {
+		return fmt.Errorf("kafka client: %w", err)
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	list := func(r *kgo.Record) {
+		reason := ""
+		source := ""
+		for _, h := range r.Headers {
+			switch h.Key {
+			case dlq.HeaderReason:
+				reason = string(h.Value)
+			case dlq.HeaderSourceTopic:
+				source = string(h.Value) + source
+			case dlq.HeaderSourcePartition, dlq.HeaderSourceOffset:
+				source += "/" + string(h.Value)
+			}
+		}
+		value := strconv.Itoa(len(r.Value)) + " bytes"
+		if r.Value == nil {
+			value = "tombstone"
+		}
+		fmt.Fprintf(e.stdout, "would send partition=%d offset=%d reason=%s key=%q source=%s value=%s\n",
+			r.Partition, r.Offset, reason, r.Key, source, value)
+	}
+	rep, err := redrive.Run(ctx, cl, log.With(zap.String("component", "redrive")), cfg, list)
+	verb, n := "sent", rep.Sent
+	if cfg.DryRun {
+		verb, n = "would send", rep.Matched
+	}
+	fmt.Fprintf(e.stdout, "%s %d of %d dead letters read from %s to %s (group %s)\n", verb, n, rep.Scanned, cfg.DLQTopic, cfg.Topic, cfg.Group)
+	return err
+}
+
+// parseSelection checks the selection flags of redrive.
+func parseSelection(reasons, since, until string, from, to int64) (redrive.Selection, error) {
+	var sel redrive.Selection
+	for _, r := range strings.Split(reasons, ",") {
+		if r = strings.TrimSpace(r); r != "" && !slices.Contains(sel.Reasons, r) {
+			sel.Reasons = append(sel.Reasons, r)
+		}
+	}
+	slices.Sort(sel.Reasons)
+	for _, t := range []struct {
+		flag, value string
+		into        *time.Time
+	}{{"--since", since, &sel.Since}, {"--until", until, &sel.Until}} {
+		if t.value == "" {
+			continue
+		}
+		at, err := time.Parse(time.RFC3339, t.value)
+		if err != nil {
+			return sel, fmt.Errorf("%s %q: want an RFC 3339 time such as 2024-05-01T12:00:00Z", t.flag, t.value)
+		}
+		*t.into = at
+	}
+	if from < 0 || (to >= 0 && to <= from) {
+		return sel, fmt.Errorf("--from-offset %d, --to-offset %d: want 0 <= from < to, or to -1", from, to)
+	}
+	sel.From, sel.To = from, to
+	return sel, nil
+}

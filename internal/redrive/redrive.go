@@ -1,0 +1,256 @@
+// Package redrive publishes dead letters back to the document topic once
+// their cause is fixed: the last step of the recipe in docs/operations.md
+// ("Dead letters"), which Kafka Connect users know as re-processing a
+// dead-letter queue.
+//
+// A redrive reads the dead-letter topic from the position its group
+// committed (the start, the first time) up to the end offsets it found when
+// it began, so it ends even while new dead letters arrive. It publishes the
+// records its Selection matches, with their original key, value (a
+// tombstone stays a tombstone) and headers, less the headers the projector
+// added, then commits the position it reached. A rerun of the same redrive
+// therefore sends nothing twice, unless it was killed between publishing and
+// committing: then it sends those records again, which the projector takes
+// as the redelivery it is.
+package redrive
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/zap"
+
+	"github.com/projector/projector/internal/dlq"
+)
+
+// HeaderRedrivenFrom names the dead letter a redriven record came from
+// (topic/partition/offset), so that a record dead-lettered again can be
+// traced to its first failure.
+const HeaderRedrivenFrom = "projector-redriven-from"
+
+// Selection says which dead letters to send back. The zero Selection
+// matches every dead letter.
+type Selection struct {
+	// Reasons are projector-error-reason values; empty matches any.
+	Reasons []string
+	// Since and Until bound the dead letter's timestamp, the time it was
+	// dead-lettered: Since inclusive, Until exclusive; zero is unbounded.
+	Since, Until time.Time
+	// From and To bound the offset in the dead-letter topic, in every
+	// partition: From inclusive, To exclusive; 0 and -1 are unbounded.
+	From, To int64
+}
+
+// Match reports whether r, a record of the dead-letter topic, is selected.
+func (s Selection) Match(r *kgo.Record) bool {
+	if len(s.Reasons) > 0 {
+		reason := header(r, dlq.HeaderReason)
+		found := false
+		for _, want := range s.Reasons {
+			found = found || reason == want
+		}
+		if !found {
+			return false
+		}
+	}
+	if !s.Since.IsZero() && r.Timestamp.Before(s.Since) {
+		return false
+	}
+	if !s.Until.IsZero() && !r.Timestamp.Before(s.Until) {
+		return false
+	}
+	return r.Offset >= s.From && (s.To < 0 || r.Offset < s.To)
+}
+
+// Original returns the record to publish to topic for the dead letter r:
+// its key and value as they were (a nil value, a tombstone, stays nil) and
+// its headers without the projector's own (projector-error-*,
+// projector-source-* and an earlier projector-redriven-from), plus
+// HeaderRedrivenFrom. Correlation and other producers' headers are kept.
+func Original(r *kgo.Record, topic string) *kgo.Record {
+	headers := make([]kgo.RecordHeader, 0, len(r.Headers))
+	for _, h := range r.Headers {
+		if strings.HasPrefix(h.Key, "projector-error-") || strings.HasPrefix(h.Key, "projector-source-") || h.Key == HeaderRedrivenFrom {
+			continue
+		}
+		headers = append(headers, h)
+	}
+	headers = append(headers, kgo.RecordHeader{Key: HeaderRedrivenFrom,
+		Value: []byte(r.Topic + "/" + strconv.Itoa(int(r.Partition)) + "/" + strconv.FormatInt(r.Offset, 10))})
+	return &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: headers}
+}
+
+func header(r *kgo.Record, key string) string {
+	for _, h := range r.Headers {
+		if h.Key == key {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+// Config is one redrive.
+type Config struct {
+	// DLQTopic is read, Topic written.
+	DLQTopic, Topic string
+	// Group holds the committed position in DLQTopic. One group is one
+	// selection's position: a redrive of other reasons needs its own.
+	Group     string
+	Selection Selection
+	// DryRun lists what would be sent and sends and commits nothing.
+	DryRun bool
+	// Batch is how many records are published before the position is
+	// committed; a killed redrive sends at most one batch again.
+	Batch int
+	// Progress is how often a long redrive logs how far it got.
+	Progress time.Duration
+}
+
+// Report says what a redrive did.
+type Report struct {
+	// Scanned records were read, Matched were selected, Sent were
+	// published (none in a dry run).
+	Scanned, Matched, Sent int64
+}
+
+// Lister receives each selected dead letter of a dry run.
+type Lister func(r *kgo.Record)
+
+// Run redrives with cl, a client without consume options, which it uses
+// to read cfg.DLQTopic and write cfg.Topic. list, in a dry run, is given
+// each record that would be sent.
+func Run(ctx context.Context, cl *kgo.Client, log *zap.Logger, cfg Config, list Lister) (Report, error) {
+	var rep Report
+	if cfg.Batch <= 0 {
+		cfg.Batch = 1000
+	}
+	adm := kadm.NewClient(cl)
+	start, end, err := bounds(ctx, adm, cfg.DLQTopic, cfg.Group)
+	if err != nil {
+		return rep, err
+	}
+	pending := map[int32]bool{}
+	consume := map[int32]kgo.Offset{}
+	for p, at := range start {
+		if at < end[p] {
+			pending[p] = true
+			consume[p] = kgo.NewOffset().At(at)
+		}
+	}
+	log.Info("redrive starting", zap.String("dlq_topic", cfg.DLQTopic), zap.String("topic", cfg.Topic),
+		zap.String("group", cfg.Group), zap.Int("partitions_with_records", len(pending)), zap.Bool("dry_run", cfg.DryRun))
+	if len(pending) == 0 {
+		return rep, nil
+	}
+	cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{cfg.DLQTopic: consume})
+	defer cl.RemoveConsumePartitions(map[string][]int32{cfg.DLQTopic: keys(consume)})
+
+	reached := kadm.Offsets{}
+	var batch []*kgo.Record
+	flush := func() error {
+		if !cfg.DryRun && len(batch) > 0 {
+			if err := cl.ProduceSync(ctx, batch...).FirstErr(); err != nil {
+				return fmt.Errorf("publish to %s: %w", cfg.Topic, err)
+			}
+			rep.Sent += int64(len(batch))
+		}
+		batch = batch[:0]
+		if cfg.DryRun || len(reached) == 0 {
+			return nil
+		}
+		if err := adm.CommitAllOffsets(ctx, cfg.Group, reached); err != nil {
+			return fmt.Errorf("commit the position of group %s: %w", cfg.Group, err)
+		}
+		return nil
+	}
+	lastLog := time.Now()
+	for len(pending) > 0 {
+		fetches := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return rep, err
+		}
+		var ferr error
+		fetches.EachError(func(_ string, _ int32, err error) { ferr = errors.Join(ferr, err) })
+		if ferr != nil {
+			return rep, fmt.Errorf("read %s: %w", cfg.DLQTopic, ferr)
+		}
+		for _, r := range fetches.Records() {
+			if !pending[r.Partition] || r.Offset >= end[r.Partition] {
+				continue
+			}
+			rep.Scanned++
+			if cfg.Selection.Match(r) {
+				rep.Matched++
+				if cfg.DryRun && list != nil {
+					list(r)
+				}
+				batch = append(batch, Original(r, cfg.Topic))
+			}
+			reached.Add(kadm.Offset{Topic: r.Topic, Partition: r.Partition, At: r.Offset + 1, LeaderEpoch: -1})
+			if r.Offset+1 >= end[r.Partition] {
+				delete(pending, r.Partition)
+			}
+			if len(batch) >= cfg.Batch {
+				if err := flush(); err != nil {
+					return rep, err
+				}
+			}
+		}
+		if cfg.Progress > 0 && time.Since(lastLog) >= cfg.Progress {
+			log.Info("redrive progress", zap.Int64("scanned", rep.Scanned), zap.Int64("matched", rep.Matched),
+				zap.Int64("sent", rep.Sent), zap.Int("partitions_left", len(pending)))
+			lastLog = time.Now()
+		}
+	}
+	return rep, flush()
+}
+
+// bounds returns, per partition of topic, where the group's position is
+// (the log start when it has none) and the end offset now.
+func bounds(ctx context.Context, adm *kadm.Client, topic, group string) (start, end map[int32]int64, err error) {
+	ends, err := adm.ListEndOffsets(ctx, topic)
+	if err != nil {
+		return nil, nil, fmt.Errorf("list the end offsets of %s: %w", topic, err)
+	}
+	if err := ends.Error(); err != nil {
+		return nil, nil, fmt.Errorf("list the end offsets of %s: %w", topic, err)
+	}
+	starts, err := adm.ListStartOffsets(ctx, topic)
+	if err == nil {
+		err = starts.Error()
+	}
+	if err != nil {
+		return nil, nil, fmt.Errorf("list the start offsets of %s: %w", topic, err)
+	}
+	committed, err := adm.FetchOffsets(ctx, group)
+	if err != nil {
+		return nil, nil, fmt.Errorf("fetch the position of group %s: %w", group, err)
+	}
+	start, end = map[int32]int64{}, map[int32]int64{}
+	ends.Each(func(o kadm.ListedOffset) {
+		end[o.Partition] = o.Offset
+		start[o.Partition] = 0
+	})
+	starts.Each(func(o kadm.ListedOffset) { start[o.Partition] = o.Offset })
+	committed.Each(func(o kadm.OffsetResponse) {
+		// A position below the log start was deleted by retention.
+		if o.Topic == topic && o.Err == nil && o.At > start[o.Partition] {
+			start[o.Partition] = o.At
+		}
+	})
+	return start, end, nil
+}
+
+func keys(m map[int32]kgo.Offset) []int32 {
+	out := make([]int32, 0, len(m))
+	for p := range m {
+		out = append(out, p)
+	}
+	return out
+}
