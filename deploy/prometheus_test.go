@@ -120,8 +120,20 @@ func TestAlertsTested(t *testing.T) {
 
 // dashboard is the part of a Grafana dashboard the tests read.
 type dashboard struct {
-	UID    string  `json:"uid"`
-	Panels []panel `json:"panels"`
+	UID        string  `json:"uid"`
+	Panels     []panel `json:"panels"`
+	Templating struct {
+		List []variable `json:"list"`
+	} `json:"templating"`
+}
+
+type variable struct {
+	Name       string `json:"name"`
+	Type       string `json:"type"`
+	Query      any    `json:"query"`
+	Datasource *struct {
+		UID string `json:"uid"`
+	} `json:"datasource"`
 }
 
 type panel struct {
@@ -149,8 +161,10 @@ func readDashboard(t *testing.T) dashboard {
 	return d
 }
 
-// TestDashboard checks that every panel queries the provisioned data
-// source, and that every query is valid PromQL: promtool checks them as
+// TestDashboard checks that every panel queries the data source that the
+// dashboard's datasource variable picks (so the dashboard imports into any
+// Grafana, whatever its data sources' uids; the provisioned one is the
+// default), and that every query is valid PromQL: promtool checks them as
 // recording rules once Grafana's variables are replaced by values.
 func TestDashboard(t *testing.T) {
 	d := readDashboard(t)
@@ -163,7 +177,21 @@ func TestDashboard(t *testing.T) {
 	if len(ds.Datasources) != 1 {
 		t.Fatalf("%d provisioned data sources, want 1", len(ds.Datasources))
 	}
-	uid := ds.Datasources[0].UID
+	if ds.Datasources[0].UID == "" {
+		t.Error("the provisioned data source has no uid")
+	}
+	const uid = "${datasource}"
+	var picker *variable
+	for i, v := range d.Templating.List {
+		if v.Name == "datasource" {
+			picker = &d.Templating.List[i]
+		} else if v.Datasource == nil || v.Datasource.UID != uid {
+			t.Errorf("variable %q: data source %+v, want uid %q", v.Name, v.Datasource, uid)
+		}
+	}
+	if picker == nil || picker.Type != "datasource" || picker.Query != "prometheus" {
+		t.Errorf("datasource variable = %+v, want a variable of type datasource over prometheus", picker)
+	}
 	if d.UID == "" {
 		t.Error("the dashboard has no uid, so its address changes with every provisioning")
 	}
