@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -87,6 +88,50 @@ func TestAlertsDocumented(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestAlertsHaveRunbooks requires every alert's runbook_url to link to the
+// section of docs/operations.md that its description names, and that
+// section to exist, so a link from a page never lands on nothing.
+func TestAlertsHaveRunbooks(t *testing.T) {
+	b, err := os.ReadFile("../docs/operations.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	anchors := map[string]bool{}
+	for _, line := range strings.Split(string(b), "\n") {
+		if title, ok := strings.CutPrefix(strings.TrimLeft(line, "#"), " "); ok && strings.HasPrefix(line, "#") {
+			anchors[slug(title)] = true
+		}
+	}
+	section := regexp.MustCompile(`docs/operations\.md, section "([^"]+)"`)
+	for _, r := range readAlerts(t) {
+		m := section.FindStringSubmatch(r.Annotations["description"])
+		if m == nil {
+			continue // TestAlertsDocumented reports it
+		}
+		want := "docs/operations.md#" + slug(m[1])
+		if got := r.Annotations["runbook_url"]; got != want {
+			t.Errorf("%s: runbook_url %q, want %q, the section its description names", r.Alert, got, want)
+		}
+		if !anchors[slug(m[1])] {
+			t.Errorf("%s: docs/operations.md has no section %q", r.Alert, m[1])
+		}
+	}
+}
+
+// slug is the anchor GitHub gives a Markdown heading.
+func slug(title string) string {
+	var b strings.Builder
+	for _, c := range strings.ToLower(strings.TrimSpace(title)) {
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9', c == '-', c == '_':
+			b.WriteRune(c)
+		case c == ' ':
+			b.WriteRune('-')
+		}
+	}
+	return b.String()
 }
 
 // TestAlertsTested requires alerts_test.yml to see every alert of
