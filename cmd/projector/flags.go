@@ -218,6 +218,13 @@ func (s *storeFlags) register(fs *flag.FlagSet) {
 	fs.Var(&s.neo4jPasswordFile, "neo4j-password-file", "file holding the Neo4j password (instead of --neo4j-password or PROJECTOR_NEO4J_PASSWORD)")
 	fs.StringVar(&s.neo4jTLSCAFile, "neo4j-tls-ca-file", "", "PEM file of the CA certificates to trust for neo4j+s:// and bolt+s:// URIs instead of the system's (a private CA)")
 	fs.StringVar(&s.neo4jDatabase, "neo4j-database", "", "Neo4j database (empty: the server's default)")
+	s.registerRelational(fs)
+}
+
+// registerRelational registers the PostgreSQL flags alone, for commands
+// that use no other store (ledger-prune), so that their -h lists only what
+// they read.
+func (s *storeFlags) registerRelational(fs *flag.FlagSet) {
 	s.postgresDSN = "postgres://projector:projector@127.0.0.1:5432/projector?sslmode=disable"
 	s.postgresDSNFlag = commandLineSecret{value: &s.postgresDSN}
 	fs.Var(&s.postgresDSNFlag, "postgres-dsn", "PostgreSQL connection string (URL or key=value; libpq settings such as sslmode=verify-full, sslrootcert, sslcert, sslkey and passfile apply, and PGPASSWORD); keep a password out of a flag value, which shows in ps")

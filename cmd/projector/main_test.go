@@ -96,3 +96,26 @@ func hasFlag(t *testing.T, name, flag string) bool {
 	}
 	return strings.Contains(stderr.String(), "-"+flag+" ")
 }
+
+// TestCommandsListOnlyTheirFlags requires a command's -h to leave out the
+// stores it never opens.
+func TestCommandsListOnlyTheirFlags(t *testing.T) {
+	for _, tt := range []struct {
+		command string
+		absent  []string
+	}{
+		{"ledger-prune", []string{"qdrant-addr", "neo4j-uri", "brokers"}},
+		{"replay", []string{"qdrant-addr", "neo4j-uri", "postgres-dsn"}},
+		{"redrive", []string{"qdrant-addr", "neo4j-uri", "postgres-dsn"}},
+		{"publish", []string{"qdrant-addr", "neo4j-uri", "postgres-dsn"}},
+	} {
+		for _, f := range tt.absent {
+			if hasFlag(t, tt.command, f) {
+				t.Errorf("projector %s -h lists --%s, which it never uses", tt.command, f)
+			}
+		}
+	}
+	if !hasFlag(t, "ledger-prune", "postgres-dsn") {
+		t.Error("projector ledger-prune -h lacks --postgres-dsn")
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
 	"github.com/projector/projector/internal/reconcile"
@@ -35,6 +36,7 @@ type reconcileFlags struct {
 	repair           bool
 	deleteOrphans    bool
 	metricsFile      string
+	push             pushFlags
 }
 
 // maxPageSize bounds --page-size: a page is held in memory and sent to the
@@ -55,6 +57,7 @@ func (f *reconcileFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.repair, "repair", false, "re-project missing, skewed and withdrawn-but-present documents from the relational copy, in the write order")
 	fs.BoolVar(&f.deleteOrphans, "delete-orphans", false, "also remove orphans: re-project live documents holding foreign chunks, delete the chunks of unknown documents")
 	fs.StringVar(&f.metricsFile, "metrics-file", "", "write the result as Prometheus text to this file (for node_exporter's textfile collector)")
+	f.push.register(fs, "projector_reconcile")
 }
 
 func reconcileCommand(ctx context.Context, args []string, e env) error {
@@ -124,6 +127,9 @@ func reconcileCommand(ctx context.Context, args []string, e env) error {
 		if err := sum.WriteMetrics(f.metricsFile, rec.StoreNames()); err != nil {
 			return err
 		}
+	}
+	if err := f.push.push(ctx, sum.Registry(rec.StoreNames())); err != nil {
+		return err
 	}
 	if n := sum.Unresolved(); n > f.maxDiscrepancies {
 		return &exitError{code: exitDiscrepancies, err: fmt.Errorf("%d unresolved discrepancies, more than --max-discrepancies %d", n, f.maxDiscrepancies)}
@@ -260,10 +266,12 @@ func ledgerPruneCommand(ctx context.Context, args []string, e env) error {
 		sf        storeFlags
 		retention time.Duration
 		batch     int
+		pf        pushFlags
 	)
 	fs := newFlagSet("ledger-prune", "ledger-prune [flags]", e)
 	lf.register(fs)
-	sf.register(fs)
+	sf.registerRelational(fs)
+	pf.register(fs, "projector_ledger_prune")
 	fs.DurationVar(&retention, "retention", 720*time.Hour, "keep ledger rows projected within this long; older ones go, except each document's current-version row")
 	fs.IntVar(&batch, "batch", 1000, "rows deleted per transaction, 1 to 100000")
 	if err := parse(fs, args, e); err != nil {
@@ -296,5 +304,21 @@ func ledgerPruneCommand(ctx context.Context, args []string, e env) error {
 	})
 	fmt.Fprintf(e.stdout, "deleted %d ledger rows projected before %s (kept every document's current-version row) in %s\n",
 		deleted, cutoff.UTC().Format(time.RFC3339), time.Since(start).Round(time.Millisecond))
-	return err
+	if err != nil {
+		return err
+	}
+	return pf.push(ctx, pruneMetrics(deleted, time.Now()))
+}
+
+// pruneMetrics is the result of a ledger-prune run, for the Pushgateway.
+func pruneMetrics(deleted int64, finished time.Time) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	rows := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "projector_ledger_prune_deleted_rows", Help: "Ledger rows the last ledger-prune run deleted."})
+	last := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "projector_ledger_prune_last_run_timestamp_seconds", Help: "Unix time at which the last ledger-prune run finished."})
+	reg.MustRegister(rows, last)
+	rows.Set(float64(deleted))
+	last.Set(float64(finished.UnixNano()) / 1e9)
+	return reg
 }

@@ -8,9 +8,18 @@ import (
 
 // WriteMetrics writes the summary as Prometheus text to path, for
 // node_exporter's textfile collector; the file is replaced atomically, so
-// a scrape never reads half of it. Every store and class gets a series,
-// zeros included, so an alert can tell "no discrepancies" from "no run".
+// a scrape never reads half of it.
 func (s *Summary) WriteMetrics(path string, stores []string) error {
+	if err := prometheus.WriteToTextfile(path, s.Registry(stores)); err != nil {
+		return fmt.Errorf("write metrics file: %w", err)
+	}
+	return nil
+}
+
+// Registry holds the summary as gauges, to write to a file or push to a
+// Pushgateway. Every store and class gets a series, zeros included, so an
+// alert can tell "no discrepancies" from "no run".
+func (s *Summary) Registry(stores []string) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	found := prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "projector_reconcile_discrepancies",
@@ -42,8 +51,5 @@ func (s *Summary) WriteMetrics(path string, stores []string) error {
 	resolved.Set(float64(s.Resolved))
 	duration.Set(s.Duration.Seconds())
 	last.Set(float64(s.Started.Add(s.Duration).UnixNano()) / 1e9)
-	if err := prometheus.WriteToTextfile(path, reg); err != nil {
-		return fmt.Errorf("write metrics file: %w", err)
-	}
-	return nil
+	return reg
 }
