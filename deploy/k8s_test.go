@@ -22,18 +22,33 @@ type manifest struct {
 	Data       map[string]string `yaml:"data"`       // ConfigMap
 	StringData map[string]string `yaml:"stringData"` // Secret
 	Spec       struct {
-		Selector selector `yaml:"selector"` // Deployment, PodDisruptionBudget, Service
+		Selector selector `yaml:"selector"` // StatefulSet, PodDisruptionBudget, Service
 		Ports    []struct {
+			Name       string `yaml:"name"`
 			TargetPort string `yaml:"targetPort"`
 		} `yaml:"ports"` // Service
-		Template struct {
-			Metadata struct {
-				Labels map[string]string `yaml:"labels"`
-			} `yaml:"metadata"`
-			Spec podSpec `yaml:"spec"`
-		} `yaml:"template"` // Deployment
+		ServiceName                string      `yaml:"serviceName"`                // StatefulSet
+		UnhealthyPodEvictionPolicy string      `yaml:"unhealthyPodEvictionPolicy"` // PodDisruptionBudget
+		Template                   podTemplate `yaml:"template"`                   // StatefulSet
+		Endpoints                  []struct {
+			Port string `yaml:"port"`
+		} `yaml:"endpoints"` // ServiceMonitor
+		Schedule          string `yaml:"schedule"`          // CronJob
+		ConcurrencyPolicy string `yaml:"concurrencyPolicy"` // CronJob
+		JobTemplate       struct {
+			Spec struct {
+				Template podTemplate `yaml:"template"`
+			} `yaml:"spec"`
+		} `yaml:"jobTemplate"` // CronJob
 	} `yaml:"spec"`
 	Resources []string `yaml:"resources"` // Kustomization
+}
+
+type podTemplate struct {
+	Metadata struct {
+		Labels map[string]string `yaml:"labels"`
+	} `yaml:"metadata"`
+	Spec podSpec `yaml:"spec"`
 }
 
 // selector is a label selector: a Deployment's and a PDB's hold
@@ -58,7 +73,8 @@ type podSpec struct {
 		RunAsNonRoot bool `yaml:"runAsNonRoot"`
 		RunAsUser    int  `yaml:"runAsUser"`
 	} `yaml:"securityContext"`
-	Containers []container `yaml:"containers"`
+	Containers    []container `yaml:"containers"`
+	RestartPolicy string      `yaml:"restartPolicy"`
 }
 
 type container struct {
@@ -74,9 +90,15 @@ type container struct {
 			Name string `yaml:"name"`
 		} `yaml:"secretRef"`
 	} `yaml:"envFrom"`
-	Env []struct {
-		Name  string `yaml:"name"`
-		Value string `yaml:"value"`
+	Args []string `yaml:"args"`
+	Env  []struct {
+		Name      string `yaml:"name"`
+		Value     string `yaml:"value"`
+		ValueFrom *struct {
+			FieldRef *struct {
+				FieldPath string `yaml:"fieldPath"`
+			} `yaml:"fieldRef"`
+		} `yaml:"valueFrom"`
 	} `yaml:"env"`
 	Resources struct {
 		Requests map[string]string `yaml:"requests"`
@@ -98,8 +120,8 @@ type probe struct {
 	} `yaml:"httpGet"`
 }
 
-// readManifests returns the manifests of deploy/k8s by kind; each file
-// holds one.
+// readManifests returns the manifests of deploy/k8s by kind, or by
+// kind/name for the CronJobs, of which there are two; each file holds one.
 func readManifests(t *testing.T) map[string]manifest {
 	t.Helper()
 	files, err := filepath.Glob("k8s/*.yaml")
@@ -110,10 +132,14 @@ func readManifests(t *testing.T) map[string]manifest {
 	for _, f := range files {
 		var m manifest
 		readYAML(t, f, &m)
-		if _, dup := out[m.Kind]; dup {
-			t.Fatalf("two manifests of kind %s", m.Kind)
+		key := m.Kind
+		if m.Kind == "CronJob" {
+			key += "/" + m.Metadata.Name
 		}
-		out[m.Kind] = m
+		if _, dup := out[key]; dup {
+			t.Fatalf("two manifests %s", key)
+		}
+		out[key] = m
 	}
 	return out
 }
@@ -145,30 +171,38 @@ func TestKubernetesEnvironment(t *testing.T) {
 		}
 	}
 
-	d := ms["Deployment"]
-	c := d.Spec.Template.Spec.Containers[0]
-	var refs []string
-	for _, ef := range c.EnvFrom {
-		if ef.ConfigMapRef != nil {
-			refs = append(refs, "ConfigMap/"+ef.ConfigMapRef.Name)
+	for _, name := range []string{"StatefulSet", "CronJob/projector-reconcile", "CronJob/projector-ledger-prune"} {
+		pod := ms[name].Spec.Template.Spec
+		if strings.HasPrefix(name, "CronJob") {
+			pod = ms[name].Spec.JobTemplate.Spec.Template.Spec
 		}
-		if ef.SecretRef != nil {
-			refs = append(refs, "Secret/"+ef.SecretRef.Name)
+		if len(pod.Containers) != 1 {
+			t.Fatalf("%s has %d containers, want 1", name, len(pod.Containers))
 		}
-	}
-	if want := []string{"ConfigMap/" + config.Metadata.Name, "Secret/" + secret.Metadata.Name}; !slices.Equal(refs, want) {
-		t.Errorf("the Deployment takes its environment from %q, want %q", refs, want)
-	}
-	for _, e := range c.Env {
-		if _, ok := flags[e.Name]; strings.HasPrefix(e.Name, "PROJECTOR_") && !ok {
-			t.Errorf("the Deployment sets %s, which is no flag of `projector run`", e.Name)
+		c := pod.Containers[0]
+		var refs []string
+		for _, ef := range c.EnvFrom {
+			if ef.ConfigMapRef != nil {
+				refs = append(refs, "ConfigMap/"+ef.ConfigMapRef.Name)
+			}
+			if ef.SecretRef != nil {
+				refs = append(refs, "Secret/"+ef.SecretRef.Name)
+			}
+		}
+		if want := []string{"ConfigMap/" + config.Metadata.Name, "Secret/" + secret.Metadata.Name}; !slices.Equal(refs, want) {
+			t.Errorf("%s takes its environment from %q, want %q", name, refs, want)
+		}
+		for _, e := range c.Env {
+			if _, ok := flags[e.Name]; strings.HasPrefix(e.Name, "PROJECTOR_") && !ok {
+				t.Errorf("%s sets %s, which is no flag of `projector run`", name, e.Name)
+			}
 		}
 	}
 }
 
-func TestKubernetesDeployment(t *testing.T) {
+func TestKubernetesStatefulSet(t *testing.T) {
 	ms := readManifests(t)
-	d := ms["Deployment"]
+	d := ms["StatefulSet"]
 	pod := d.Spec.Template.Spec
 	c := pod.Containers[0]
 
@@ -224,9 +258,28 @@ func TestKubernetesDeployment(t *testing.T) {
 		}
 	}
 
-	// Service and PodDisruptionBudget select the Deployment's pods.
+	// Static membership: each pod's stable name is its group instance id.
+	var instanceID string
+	for _, e := range c.Env {
+		if e.Name == "PROJECTOR_GROUP_INSTANCE_ID" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil {
+			instanceID = e.ValueFrom.FieldRef.FieldPath
+		}
+	}
+	if instanceID != "metadata.name" {
+		t.Errorf("PROJECTOR_GROUP_INSTANCE_ID from %q, want the pod name (metadata.name)", instanceID)
+	}
+	if d.Spec.ServiceName != ms["Service"].Metadata.Name {
+		t.Errorf("serviceName %q, want the Service %q", d.Spec.ServiceName, ms["Service"].Metadata.Name)
+	}
+	// One store outage makes every pod unready; such pods must stay
+	// evictable, or the budget blocks every node drain.
+	if got := ms["PodDisruptionBudget"].Spec.UnhealthyPodEvictionPolicy; got != "AlwaysAllow" {
+		t.Errorf("unhealthyPodEvictionPolicy = %q, want AlwaysAllow", got)
+	}
+
+	// Service, PodDisruptionBudget and ServiceMonitor select the pods.
 	podLabels := d.Spec.Template.Metadata.Labels
-	for _, kind := range []string{"Deployment", "Service", "PodDisruptionBudget"} {
+	for _, kind := range []string{"StatefulSet", "Service", "PodDisruptionBudget", "ServiceMonitor"} {
 		sel := ms[kind].Spec.Selector.labels()
 		if len(sel) == 0 {
 			t.Errorf("%s selects nothing", kind)
@@ -237,9 +290,53 @@ func TestKubernetesDeployment(t *testing.T) {
 			}
 		}
 	}
+	servicePorts := map[string]bool{}
 	for _, p := range ms["Service"].Spec.Ports {
+		servicePorts[p.Name] = true
 		if _, ok := ports[p.TargetPort]; !ok {
 			t.Errorf("the Service targets port %q, which the container does not name", p.TargetPort)
+		}
+	}
+	for _, ep := range ms["ServiceMonitor"].Spec.Endpoints {
+		if !servicePorts[ep.Port] {
+			t.Errorf("the ServiceMonitor scrapes port %q, which the Service does not name", ep.Port)
+		}
+	}
+}
+
+// TestKubernetesCronJobs requires the nightly and weekly jobs to run the
+// commands docs/operations.md recommends, one at a time, and to push
+// their results where the alerts read them.
+func TestKubernetesCronJobs(t *testing.T) {
+	ms := readManifests(t)
+	for _, tt := range []struct {
+		name, command string
+	}{{"projector-reconcile", "reconcile"}, {"projector-ledger-prune", "ledger-prune"}} {
+		cj, ok := ms["CronJob/"+tt.name]
+		if !ok {
+			t.Errorf("no CronJob %s", tt.name)
+			continue
+		}
+		pod := cj.Spec.JobTemplate.Spec.Template
+		c := pod.Spec.Containers[0]
+		if len(c.Args) == 0 || c.Args[0] != tt.command || !slices.Contains(c.Args, "--push-url") {
+			t.Errorf("CronJob %s runs %q, want projector %s with --push-url", tt.name, c.Args, tt.command)
+		}
+		flags := flagsOf(t, tt.command)
+		for _, a := range c.Args[1:] {
+			if name, ok := strings.CutPrefix(a, "--"); ok {
+				if _, known := flags[name]; !known {
+					t.Errorf("CronJob %s passes %s, which is no flag of projector %s", tt.name, a, tt.command)
+				}
+			}
+		}
+		if cj.Spec.ConcurrencyPolicy != "Forbid" || pod.Spec.RestartPolicy != "Never" || cj.Spec.Schedule == "" {
+			t.Errorf("CronJob %s: schedule %q, concurrencyPolicy %q, restartPolicy %q; want a schedule, Forbid and Never",
+				tt.name, cj.Spec.Schedule, cj.Spec.ConcurrencyPolicy, pod.Spec.RestartPolicy)
+		}
+		// Its pods must not count as projector members.
+		if pod.Metadata.Labels["app.kubernetes.io/name"] == ms["StatefulSet"].Spec.Template.Metadata.Labels["app.kubernetes.io/name"] {
+			t.Errorf("CronJob %s's pods carry the projector pods' labels, so the Service and the budget would select them", tt.name)
 		}
 	}
 }
