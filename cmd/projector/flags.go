@@ -80,6 +80,20 @@ func (l *logFlags) logger(e env) (*zap.Logger, error) {
 	return zap.New(zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(e.stderr)), level)), nil
 }
 
+// kafkaLogLevel is the level of log's core as franz-go names it, so that
+// --log-level reaches the Kafka client's own logs too.
+func kafkaLogLevel(log *zap.Logger) kgo.LogLevel {
+	switch core := log.Core(); {
+	case core.Enabled(zapcore.DebugLevel):
+		return kgo.LogLevelDebug
+	case core.Enabled(zapcore.InfoLevel):
+		return kgo.LogLevelInfo
+	case core.Enabled(zapcore.WarnLevel):
+		return kgo.LogLevelWarn
+	}
+	return kgo.LogLevelError
+}
+
 // kafkaSASLPasswordEnv holds the Kafka SASL password when no file does.
 const kafkaSASLPasswordEnv = "PROJECTOR_KAFKA_SASL_PASSWORD"
 
@@ -121,7 +135,7 @@ func (k *kafkaFlags) opts(log *zap.Logger) ([]kgo.Opt, error) {
 	}
 	opts := []kgo.Opt{
 		kgo.SeedBrokers(seeds...),
-		kgo.WithLogger(kzap.New(log.With(zap.String("component", "kafka")), kzap.Level(kgo.LogLevelWarn))),
+		kgo.WithLogger(kzap.New(log.With(zap.String("component", "kafka")), kzap.Level(kafkaLogLevel(log)))),
 	}
 	encrypted := k.tls || k.tlsCAFile != "" || k.tlsCertFile != "" || k.tlsKeyFile != ""
 	if encrypted {

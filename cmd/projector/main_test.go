@@ -6,6 +6,8 @@ import (
 	"io"
 	"strings"
 	"testing"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 )
 
 // run runs the command line args as main does, without the check of the
@@ -117,5 +119,22 @@ func TestCommandsListOnlyTheirFlags(t *testing.T) {
 	}
 	if !hasFlag(t, "ledger-prune", "postgres-dsn") {
 		t.Error("projector ledger-prune -h lacks --postgres-dsn")
+	}
+}
+
+// TestKafkaClientLogsAtTheChosenLevel requires --log-level to set the
+// level of the Kafka client's logs as well.
+func TestKafkaClientLogsAtTheChosenLevel(t *testing.T) {
+	for level, want := range map[string]kgo.LogLevel{
+		"debug": kgo.LogLevelDebug, "info": kgo.LogLevelInfo, "warn": kgo.LogLevelWarn, "error": kgo.LogLevelError,
+	} {
+		lf := logFlags{format: "json", level: level}
+		log, err := lf.logger(env{stderr: io.Discard})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := kafkaLogLevel(log); got != want {
+			t.Errorf("--log-level %s: Kafka client level %v, want %v", level, got, want)
+		}
 	}
 }
