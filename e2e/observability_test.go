@@ -5,15 +5,18 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	pmodel "github.com/prometheus/common/model"
 	"github.com/twmb/franz-go/pkg/kadm"
@@ -109,6 +112,54 @@ func TestObservability(t *testing.T) {
 		families[name] = true
 	}
 	p.stop()
+	// The reconcile results come from `projector reconcile`, whose
+	// metrics file a textfile collector or a Pushgateway serves.
+	metricsFile := filepath.Join(t.TempDir(), "reconcile.prom")
+	if _, stderr, code := w.cli(append([]string{"reconcile", "--key-prefix", w.prefix, "--metrics-file", metricsFile,
+		"--max-discrepancies", "1000"}, w.storeFlags()...)...); code != 0 {
+		t.Fatalf("projector reconcile: exit %d\n%s", code, stderr)
+	}
+	f, err := os.Open(metricsFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	parser := expfmt.NewTextParser(pmodel.UTF8Validation)
+	reconciled, err := parser.TextToMetricFamilies(f)
+	_ = f.Close()
+	if err != nil {
+		t.Fatalf("parse %s: %v", metricsFile, err)
+	}
+	for name := range reconciled {
+		families[name] = true
+	}
+	// ledger-prune pushes its result to a Pushgateway; this one keeps
+	// the names of what it was sent.
+	var (
+		mu     sync.Mutex
+		pushed []string
+	)
+	gateway := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		dec := expfmt.NewDecoder(r.Body, expfmt.ResponseFormat(r.Header))
+		for {
+			var mf dto.MetricFamily
+			if dec.Decode(&mf) != nil {
+				break
+			}
+			mu.Lock()
+			pushed = append(pushed, mf.GetName())
+			mu.Unlock()
+		}
+		rw.WriteHeader(http.StatusOK)
+	}))
+	defer gateway.Close()
+	if _, stderr, code := w.cli("ledger-prune", "--postgres-schema", w.schema, "--push-url", gateway.URL); code != 0 {
+		t.Fatalf("projector ledger-prune: exit %d\n%s", code, stderr)
+	}
+	mu.Lock()
+	for _, name := range pushed {
+		families[name] = true
+	}
+	mu.Unlock()
 
 	t.Run("dashboard and alerts", func(t *testing.T) {
 		for _, q := range queries(t) {

@@ -80,14 +80,15 @@ func (l *logFlags) logger(e env) (*zap.Logger, error) {
 	return zap.New(zapcore.NewCore(enc, zapcore.Lock(zapcore.AddSync(e.stderr)), level)), nil
 }
 
-// kafkaLogLevel is the level of log's core as franz-go names it, so that
-// --log-level reaches the Kafka client's own logs too.
+// kafkaLogLevel is the level of the Kafka client's own logs for log's
+// level, so that --log-level debug reaches them. At info the client stays
+// at warn: its info lines are its group and metadata bookkeeping, some
+// twenty at every start and rebalance, which the consumer's own info lines
+// (partition assigned, revoked) already say in the projector's terms.
 func kafkaLogLevel(log *zap.Logger) kgo.LogLevel {
 	switch core := log.Core(); {
 	case core.Enabled(zapcore.DebugLevel):
 		return kgo.LogLevelDebug
-	case core.Enabled(zapcore.InfoLevel):
-		return kgo.LogLevelInfo
 	case core.Enabled(zapcore.WarnLevel):
 		return kgo.LogLevelWarn
 	}

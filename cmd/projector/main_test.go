@@ -126,7 +126,7 @@ func TestCommandsListOnlyTheirFlags(t *testing.T) {
 // level of the Kafka client's logs as well.
 func TestKafkaClientLogsAtTheChosenLevel(t *testing.T) {
 	for level, want := range map[string]kgo.LogLevel{
-		"debug": kgo.LogLevelDebug, "info": kgo.LogLevelInfo, "warn": kgo.LogLevelWarn, "error": kgo.LogLevelError,
+		"debug": kgo.LogLevelDebug, "info": kgo.LogLevelWarn, "warn": kgo.LogLevelWarn, "error": kgo.LogLevelError,
 	} {
 		lf := logFlags{format: "json", level: level}
 		log, err := lf.logger(env{stderr: io.Discard})
