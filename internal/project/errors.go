@@ -84,3 +84,15 @@ type contextEnded struct {
 }
 
 func (e contextEnded) Unwrap() []error { return []error{e.error, e.ctxErr} }
+
+// PermanentError is a failure of a dependency that no retry heals and that
+// no record of the batch is to blame for, such as the dead-letter topic
+// refusing a letter. Retrying stops for it at once.
+type PermanentError struct {
+	Err error
+}
+
+func (e *PermanentError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the failure.
+func (e *PermanentError) Unwrap() error { return e.Err }

@@ -58,14 +58,41 @@ const (
 	FenceHalt FencePolicy = "halt"
 )
 
-// HaltError stops a partition after a fence mismatch under FenceHalt.
+// HaltReason says why a partition halted; it is the reason label of
+// projector_partition_halts_total.
+type HaltReason string
+
+// The reasons a partition halts.
+const (
+	// HaltFenceMismatch: a fence mismatch persists under FenceHalt.
+	HaltFenceMismatch HaltReason = "fence_mismatch"
+	// HaltDeadLetterRefused: the dead-letter topic refuses a letter
+	// permanently, so the record can neither be projected nor put aside.
+	HaltDeadLetterRefused HaltReason = "dead_letter_refused"
+)
+
+// HaltReasons lists every halt reason, so metrics can show each at zero.
+func HaltReasons() []HaltReason { return []HaltReason{HaltFenceMismatch, HaltDeadLetterRefused} }
+
+// HaltError stops a partition: nothing more is committed on it until an
+// operator fixes the cause and restarts the service.
 type HaltError struct {
+	Reason HaltReason
+	// Mismatches are the documents that still differ, for HaltFenceMismatch.
 	Mismatches []fence.Mismatch
+	// Err is the failure, for the other reasons.
+	Err error
 }
 
 func (e *HaltError) Error() string {
-	return fmt.Sprintf("fence mismatch persists after re-projection (%s); halting the partition", e.Mismatches[0])
+	if e.Reason == HaltFenceMismatch && len(e.Mismatches) > 0 {
+		return fmt.Sprintf("fence mismatch persists after re-projection (%s); halting the partition", e.Mismatches[0])
+	}
+	return fmt.Sprintf("%s: %v; halting the partition", e.Reason, e.Err)
 }
+
+// Unwrap returns the failure that halted the partition, if any.
+func (e *HaltError) Unwrap() error { return e.Err }
 
 // Config holds the projector's policies and bounds.
 type Config struct {
@@ -399,7 +426,7 @@ func (p *Projector) fence(ctx context.Context, w *Write, items []item) ([]DeadLe
 		w = w.restrict(bad)
 		if attempt >= p.cfg.FenceRetries {
 			if p.cfg.OnFenceMismatch == FenceHalt {
-				return nil, &HaltError{Mismatches: mismatches}
+				return nil, &HaltError{Reason: HaltFenceMismatch, Mismatches: mismatches}
 			}
 			var letters []DeadLetter
 			for i := range items {
@@ -456,6 +483,11 @@ func (p *Projector) sendLetters(ctx context.Context, letters []DeadLetter) error
 	err := p.retry(ctx, "dead-letter topic", func(ctx context.Context) error {
 		return p.d.DeadLetters.Send(ctx, letters)
 	})
+	if _, ok := errors.AsType[*PermanentError](err); ok {
+		// Retrying would stop the partition for ever without a word;
+		// halting says why, on /readyz and in the metrics.
+		return &HaltError{Reason: HaltDeadLetterRefused, Err: err}
+	}
 	if err != nil {
 		return err
 	}
@@ -534,8 +566,8 @@ func recordFields(it *item) []zap.Field {
 		zap.String("correlation_id", it.ev.CorrelationID))
 }
 
-// retry runs op until it succeeds, ctx ends, or it fails with a Rejected
-// error. It logs one line when a component starts failing and one when it
+// retry runs op until it succeeds, ctx ends, or it fails with a Rejected or a
+// permanent error. It logs one line when a component starts failing and one when it
 // recovers, and reports the outage on the health status in between.
 func (p *Projector) retry(ctx context.Context, component string, op func(context.Context) error) error {
 	var failingSince time.Time
@@ -554,7 +586,7 @@ func (p *Projector) retry(ctx context.Context, component string, op func(context
 		if store := StoreOf(err); store != "" {
 			p.m.storeErrors.WithLabelValues(store, kind.String()).Inc()
 		}
-		if kind == Rejected {
+		if _, ok := errors.AsType[*PermanentError](err); ok || kind == Rejected {
 			return err
 		}
 		if failingSince.IsZero() {

@@ -116,15 +116,21 @@ func (m memRelational) Apply(_ context.Context, w *Write, l []LedgerEntry) error
 	return m.apply(w, l)
 }
 
-// memLetters records dead letters.
+// memLetters records dead letters, or fails with err.
 type memLetters struct {
 	mu      sync.Mutex
 	letters []DeadLetter
+	err     error
+	sends   int
 }
 
 func (m *memLetters) Send(_ context.Context, l []DeadLetter) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.sends++
+	if m.err != nil {
+		return m.err
+	}
 	m.letters = append(m.letters, l...)
 	return nil
 }
@@ -294,5 +300,20 @@ func TestFenceMismatchPolicies(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestRefusedDeadLetterHaltsThePartition(t *testing.T) {
+	f := newFixture(t, Config{})
+	f.letters.err = &PermanentError{Err: errors.New("MESSAGE_TOO_LARGE: The request included a message larger than the max message size the server will accept")}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := f.p.Handle(ctx, []*kgo.Record{rec(0, "a", upsert("a", 1)), rec(1, "bad", "not json")})
+	halt, ok := errors.AsType[*HaltError](err)
+	if !ok || halt.Reason != HaltDeadLetterRefused {
+		t.Fatalf("Handle = %v, want a HaltError with reason %s", err, HaltDeadLetterRefused)
+	}
+	if ctx.Err() != nil || f.letters.sends != 1 {
+		t.Errorf("sends = %d (context %v), want 1: a permanent refusal is not retried", f.letters.sends, ctx.Err())
 	}
 }
