@@ -253,7 +253,7 @@ func (w *world) partitionsWithRecords() []int32 {
 // firstEventOnly are metrics the service creates with their first event (a
 // label vector with no series before): no scrape of a healthy run shows
 // them, so their declaration in the source stands in for the scrape.
-var firstEventOnly = []string{"projector_store_errors_total"}
+var firstEventOnly = []string{"projector_store_errors_total", "projector_store_limit_errors_total"}
 
 // exported reports whether name is in the scrape: a family, or a sample of
 // one (a histogram's _bucket, _sum and _count, a summary's _sum and _count),

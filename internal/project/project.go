@@ -583,8 +583,12 @@ func (p *Projector) retry(ctx context.Context, component string, op func(context
 			return err
 		}
 		kind := KindOf(err)
-		if store := StoreOf(err); store != "" {
+		store, limit := StoreOf(err), LimitOf(err)
+		if store != "" {
 			p.m.storeErrors.WithLabelValues(store, kind.String()).Inc()
+		}
+		if kind == Limit {
+			p.m.limitErrors.WithLabelValues(store, limit).Inc()
 		}
 		if _, ok := errors.AsType[*PermanentError](err); ok || kind == Rejected {
 			return err
@@ -592,15 +596,24 @@ func (p *Projector) retry(ctx context.Context, component string, op func(context
 		if failingSince.IsZero() {
 			failingSince = time.Now()
 		}
-		if p.d.Health.Fail(component, kind.String()+" failure: "+err.Error()) {
+		problem := kind.String() + " failure: " + err.Error()
+		if kind == Limit {
+			problem = "limit " + limit + " reached (a limit of the store, not of a record): " + err.Error()
+		}
+		slow := kind == Fatal || kind == Limit
+		if p.d.Health.Fail(component, problem) {
 			level := zap.WarnLevel
-			if kind == Fatal {
+			if slow {
 				level = zap.ErrorLevel
 			}
-			p.log.Log(level, "failing; retrying with backoff until it recovers", zap.String("component", component), zap.String("kind", kind.String()), zap.Error(err))
+			fields := []zap.Field{zap.String("component", component), zap.String("kind", kind.String()), zap.Error(err)}
+			if kind == Limit {
+				fields = append(fields, zap.String("limit", limit))
+			}
+			p.log.Log(level, "failing; retrying with backoff until it recovers", fields...)
 		}
 		delay := p.backoff(attempt)
-		if kind == Fatal {
+		if slow {
 			delay = p.cfg.RetryMax
 		}
 		select {

@@ -317,3 +317,36 @@ func TestRefusedDeadLetterHaltsThePartition(t *testing.T) {
 		t.Errorf("sends = %d (context %v), want 1: a permanent refusal is not retried", f.letters.sends, ctx.Err())
 	}
 }
+
+func TestLimitIsNotBlamedOnRecords(t *testing.T) {
+	f := newFixture(t, Config{})
+	limited := true
+	f.index.fail = func(*Write) error {
+		if limited {
+			return &StoreError{Store: StoreIndex, Kind: Limit, LimitName: "upsert_max_batchsize", Err: errors.New(`Bad request: Limit exceeded 3 > 2 for "upsert limit"`)}
+		}
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	recs := []*kgo.Record{rec(0, "a", upsert("a", 1)), rec(1, "b", upsert("b", 1))}
+	if err := f.p.Handle(ctx, recs); err == nil {
+		t.Fatal("Handle succeeded against an index over its limit, want an error")
+	}
+	if got := f.letters.reasons(); len(got) != 0 {
+		t.Errorf("dead letters = %v, want none: the limit is the collection's", got)
+	}
+	if got := testutil.ToFloat64(f.p.m.limitErrors.WithLabelValues(StoreIndex, "upsert_max_batchsize")); got < 1 {
+		t.Errorf("projector_store_limit_errors_total{index,upsert_max_batchsize} = %v, want at least 1", got)
+	}
+	if p := f.health.Problems(); len(p) != 1 || !strings.Contains(p[0], "limit upsert_max_batchsize reached") {
+		t.Errorf("problems = %v, want the index's limit by name", p)
+	}
+	limited = false
+	if err := f.p.Handle(context.Background(), recs); err != nil {
+		t.Fatalf("Handle after the limit was lifted: %v", err)
+	}
+	if len(f.rel.ledger) != 2 || len(f.letters.reasons()) != 0 {
+		t.Errorf("ledger %d rows, letters %v; want 2 rows and no letter", len(f.rel.ledger), f.letters.reasons())
+	}
+}

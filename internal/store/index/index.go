@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -369,41 +370,89 @@ func (s *Store) Scroll(ctx context.Context, filter *qdrant.Filter, fields []stri
 }
 
 // classify wraps a Qdrant error as a project.StoreError whose kind says
-// whether retrying can help. ctx is the failed call's: gRPC reports a call
-// its context cut short as a status, so the error also says, in Go's terms,
-// that ctx ended.
+// whether retrying can help and whether a record is to blame (see
+// docs/operations.md, "Store errors"). ctx is the failed call's: gRPC
+// reports a call its context cut short as a status, so the error also
+// says, in Go's terms, that ctx ended.
 func classify(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
 	err = project.WithContextErr(ctx, err)
-	kind := project.Transient
+	kind, limit := project.Transient, ""
 	switch {
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 	case certificateRejected(err):
 		kind = project.Fatal
 	default:
-		kind = kindOfCode(grpcCode(err))
+		kind, limit = kindOfStatus(grpcStatus(err))
 	}
-	return &project.StoreError{Store: project.StoreIndex, Kind: kind, Err: err}
+	return &project.StoreError{Store: project.StoreIndex, Kind: kind, LimitName: limit, Err: err}
 }
 
-// grpcCode finds the gRPC status in err's chain; the go-client wraps it.
-func grpcCode(err error) codes.Code {
+// grpcStatus finds the gRPC status in err's chain; the go-client wraps it.
+func grpcStatus(err error) *status.Status {
 	for e := err; e != nil; e = errors.Unwrap(e) {
 		if st, ok := status.FromError(e); ok {
-			return st.Code()
+			return st
 		}
 	}
-	return codes.Unknown
+	return status.New(codes.Unknown, err.Error())
 }
 
-func kindOfCode(c codes.Code) project.ErrorKind {
-	switch c {
+// grpcCode is the code of grpcStatus.
+func grpcCode(err error) codes.Code { return grpcStatus(err).Code() }
+
+// kindOfStatus maps what Qdrant answered to what the projector does, and
+// names the limit of a Limit. Qdrant answers InvalidArgument both for data
+// it cannot take ("Wrong input: ...", e.g. a vector of another dimension:
+// the record's fault) and for requests over a limit of the collection
+// ("Bad request: ...", strict mode: the collection's, never a record's);
+// ResourceExhausted is a rate limit or a gRPC message over the server's
+// size limit.
+func kindOfStatus(st *status.Status) (project.ErrorKind, string) {
+	msg := st.Message()
+	switch st.Code() {
 	case codes.InvalidArgument, codes.OutOfRange:
-		return project.Rejected
+		if strings.Contains(msg, "Wrong input:") {
+			return project.Rejected, ""
+		}
+		return project.Limit, limitName(msg)
+	case codes.ResourceExhausted:
+		return project.Limit, limitName(msg)
 	case codes.NotFound, codes.Unauthenticated, codes.PermissionDenied, codes.Unimplemented, codes.FailedPrecondition:
-		return project.Fatal
+		return project.Fatal, ""
 	}
-	return project.Transient
+	if strings.Contains(msg, "Rate limiting exceeded") {
+		// A filtered delete over the write rate limit comes back as
+		// Unknown with the limit in the message.
+		return project.Limit, limitName(msg)
+	}
+	return project.Transient, ""
+}
+
+// qdrantLimits name Qdrant's limits by a phrase of its error message; the
+// names are strict mode's parameters, which is where an operator lifts
+// them.
+var qdrantLimits = []struct{ phrase, name string }{
+	{`"upsert limit"`, "upsert_max_batchsize"},
+	{"Condition size limit", "condition_max_size"},
+	{"Filter condition limit", "filter_max_conditions"},
+	{"Write rate limit", "write_rate_limit"},
+	{"Read rate limit", "read_rate_limit"},
+	{"points count", "max_points_count"},
+	{"payload size", "max_collection_payload_size_bytes"},
+	{"vector size", "max_collection_vector_size_bytes"},
+	{"payload index", "max_payload_index_count"},
+	{"larger than max", "max_request_size"},
+}
+
+// limitName names the limit an error message is about.
+func limitName(msg string) string {
+	for _, l := range qdrantLimits {
+		if strings.Contains(msg, l.phrase) {
+			return l.name
+		}
+	}
+	return "qdrant_limit"
 }

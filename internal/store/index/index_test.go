@@ -91,21 +91,37 @@ func TestPayload(t *testing.T) {
 	}
 }
 
+// TestClassify maps errors as Qdrant 1.17.1 sends them, captured from the
+// real server through the go-client (which prefixes the call and the
+// collection), to what the projector does.
 func TestClassify(t *testing.T) {
+	const prefix = "Upsert() failed: chunks: rpc error: code = "
 	tests := []struct {
-		err  error
-		want project.ErrorKind
+		err   error
+		want  project.ErrorKind
+		limit string
 	}{
-		{status.Error(codes.Unavailable, "down"), project.Transient},
-		{fmt.Errorf("upsert: %w", status.Error(codes.InvalidArgument, "Wrong input: Vector dimension error")), project.Rejected},
-		{status.Error(codes.NotFound, "Not found: Collection"), project.Fatal},
-		{status.Error(codes.Unauthenticated, "Invalid API key"), project.Fatal},
-		{context.DeadlineExceeded, project.Transient},
-		{errors.New("something"), project.Transient},
+		{status.Error(codes.Unavailable, "down"), project.Transient, ""},
+		{fmt.Errorf("upsert: %w", status.Error(codes.InvalidArgument, prefix+"InvalidArgument desc = Wrong input: Vector dimension error: expected dim: 4, got 3")), project.Rejected, ""},
+		{status.Error(codes.InvalidArgument, prefix+`InvalidArgument desc = Bad request: Limit exceeded 3 > 2 for "upsert limit". Help: Reduce the "upsert limit" parameter to or below 2.`), project.Limit, "upsert_max_batchsize"},
+		{status.Error(codes.InvalidArgument, "Delete() failed: chunks: rpc error: code = InvalidArgument desc = Bad request: Condition size limit reached (3 > 1). Help: Reduce the size of your condition."), project.Limit, "condition_max_size"},
+		{status.Error(codes.InvalidArgument, "Delete() failed: chunks: rpc error: code = InvalidArgument desc = Bad request: Filter condition limit reached (2 > 1). Help: Reduce the amount of conditions of your filter."), project.Limit, "filter_max_conditions"},
+		{status.Error(codes.ResourceExhausted, prefix+"ResourceExhausted desc = Rate limiting exceeded: Write rate limit exceeded, request larger than rate limiter capacity, please try to split your request"), project.Limit, "write_rate_limit"},
+		{status.Error(codes.Unknown, "Delete() failed: chunks: ResourceExhausted: Rate limiting exceeded: Write rate limit exceeded: Operation requires 1 tokens but only 0.0 were available. Retry after 60s, retry after 60 seconds"), project.Limit, "write_rate_limit"},
+		{status.Error(codes.ResourceExhausted, "grpc: received message larger than max (40000000 vs. 33554432)"), project.Limit, "max_request_size"},
+		{status.Error(codes.InvalidArgument, "Bad request: something new"), project.Limit, "qdrant_limit"},
+		{status.Error(codes.NotFound, prefix+"NotFound desc = Not found: Collection `chunks` doesn't exist!"), project.Fatal, ""},
+		{status.Error(codes.Unauthenticated, "Invalid API key"), project.Fatal, ""},
+		{context.DeadlineExceeded, project.Transient, ""},
+		{errors.New("something"), project.Transient, ""},
 	}
 	for _, tt := range tests {
-		if got := project.KindOf(classify(context.Background(), tt.err)); got != tt.want {
+		err := classify(context.Background(), tt.err)
+		if got := project.KindOf(err); got != tt.want {
 			t.Errorf("kind of %v = %s, want %s", tt.err, got, tt.want)
+		}
+		if got := project.LimitOf(err); got != tt.limit {
+			t.Errorf("limit of %v = %q, want %q", tt.err, got, tt.limit)
 		}
 	}
 }
