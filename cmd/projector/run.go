@@ -56,6 +56,7 @@ type runFlags struct {
 	maxPollRecords  int
 	batchRecords    int
 	maxBatchChunks  int
+	maxBatchBytes   int
 	fetchMaxBytes   int
 	fetchPartBytes  int
 	shutdownTimeout time.Duration
@@ -87,6 +88,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.maxPollRecords, "max-poll-records", 2000, "records per poll across partitions; a poll's records are shared by the partitions that have some, so it should hold a few --batch-records")
 	fs.IntVar(&f.batchRecords, "batch-records", 500, "records per batch; offsets are committed after each batch")
 	fs.IntVar(&f.maxBatchChunks, "max-batch-chunks", 4096, "chunks per store write; a larger batch is written and fenced in parts")
+	fs.IntVar(&f.maxBatchBytes, "max-batch-bytes", project.DefaultMaxBatchBytes, "bytes per store write (record values and chunk vectors); a larger batch is written and fenced in parts, a larger record alone")
 	fs.IntVar(&f.fetchMaxBytes, "fetch-max-bytes", 16<<20, "bytes the Kafka client buffers per fetch; with --max-poll-records it bounds memory")
 	fs.IntVar(&f.fetchPartBytes, "fetch-max-partition-bytes", 1<<20, "bytes of one partition per fetch; well below --fetch-max-bytes so each fetch feeds every partition's worker (compressed bytes: decompressed records take more)")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 25*time.Second, "time in-flight batches get to finish on SIGTERM before they are abandoned uncommitted")
@@ -221,7 +223,7 @@ func serve(ctx context.Context, f *runFlags, log *zap.Logger, reg *prometheus.Re
 		event.Splitter{MaxBytes: f.chunkBytes})
 	proj := project.New(project.Config{
 		OnConflict: onConflict, OnFenceMismatch: onMismatch, FenceRetries: f.fenceRetries,
-		MaxBatchChunks: f.maxBatchChunks, Writer: f.instanceID, RetryMax: f.retryMax,
+		MaxBatchChunks: f.maxBatchChunks, MaxBatchBytes: f.maxBatchBytes, Writer: f.instanceID, RetryMax: f.retryMax,
 	}, log.With(zap.String("component", "project")), reg, project.Deps{
 		Decoder:     dec,
 		Embedder:    embedder,

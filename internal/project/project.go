@@ -104,6 +104,12 @@ type Config struct {
 	// MaxBatchChunks bounds the chunks of one store write; a larger batch
 	// is written in several parts, each fenced before the next.
 	MaxBatchChunks int
+	// MaxBatchBytes bounds the same parts in bytes: the records' values
+	// and the vectors of their chunks. A batch of large records is then
+	// split rather than sent as one request, transaction or statement
+	// that a store's limit refuses. A single larger record is a part of
+	// its own.
+	MaxBatchBytes int
 	// Writer names this process in the ledger.
 	Writer string
 	// RetryMin and RetryMax bound the exponential backoff of store retries.
@@ -182,6 +188,9 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer, d Deps) *Projec
 	if cfg.MaxBatchChunks <= 0 {
 		cfg.MaxBatchChunks = 4096
 	}
+	if cfg.MaxBatchBytes <= 0 {
+		cfg.MaxBatchBytes = DefaultMaxBatchBytes
+	}
 	return &Projector{cfg: cfg, log: log, m: newMetrics(reg), d: d}
 }
 
@@ -205,7 +214,11 @@ func (p *Projector) Handle(ctx context.Context, recs []*kgo.Record) error {
 		items[i].ev = ev
 	}
 	p.trace(ctx, StageReceived, items)
-	for _, part := range splitByChunks(items, p.cfg.MaxBatchChunks) {
+	vectorBytes := 0
+	if p.d.Embedder != nil {
+		vectorBytes = 4 * p.d.Embedder.Dim()
+	}
+	for _, part := range split(items, p.cfg.MaxBatchChunks, p.cfg.MaxBatchBytes, vectorBytes) {
 		if err := p.handle(ctx, part); err != nil {
 			return err
 		}
@@ -215,18 +228,26 @@ func (p *Projector) Handle(ctx context.Context, recs []*kgo.Record) error {
 	return nil
 }
 
-// splitByChunks cuts items into consecutive parts of at most max chunks
-// (a single larger record stays alone in its part).
-func splitByChunks(items []item, max int) [][]item {
+// DefaultMaxBatchBytes is MaxBatchBytes unless configured: well below the
+// request limits of the stores' servers (Qdrant's gRPC, Neo4j's and
+// PostgreSQL's memory per transaction).
+const DefaultMaxBatchBytes = 16 << 20
+
+// split cuts items into consecutive parts of at most maxChunks chunks and
+// maxBytes bytes, counting a record's value and vectorBytes per chunk (a
+// single larger record stays alone in its part).
+func split(items []item, maxChunks, maxBytes, vectorBytes int) [][]item {
 	var parts [][]item
-	begin, chunks := 0, 0
+	begin, chunks, size := 0, 0, 0
 	for i := range items {
 		n := len(items[i].ev.Chunks)
-		if i > begin && chunks+n > max {
+		b := len(items[i].rec.Value) + n*vectorBytes
+		if i > begin && (chunks+n > maxChunks || size+b > maxBytes) {
 			parts = append(parts, items[begin:i])
-			begin, chunks = i, 0
+			begin, chunks, size = i, 0, 0
 		}
 		chunks += n
+		size += b
 	}
 	if begin < len(items) {
 		parts = append(parts, items[begin:])

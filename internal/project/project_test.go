@@ -350,3 +350,41 @@ func TestLimitIsNotBlamedOnRecords(t *testing.T) {
 		t.Errorf("ledger %d rows, letters %v; want 2 rows and no letter", len(f.rel.ledger), f.letters.reasons())
 	}
 }
+
+// TestBatchSplitByBytes writes a batch of large records in parts bounded in
+// bytes, so no store request grows with the records' size.
+func TestBatchSplitByBytes(t *testing.T) {
+	big := strings.Repeat("x", 3000)
+	bigDoc := func(key string) string {
+		return `{"document_key":"` + key + `","version":1,"chunks":[{"text":"` + big + `"}]}`
+	}
+	tests := []struct {
+		name     string
+		maxBytes int
+		keys     []string
+		// wantWrites is the index writes: one per part.
+		wantWrites int
+	}{
+		{"all in one part", 1 << 20, []string{"a", "b", "c", "d"}, 1},
+		{"two records a part", 2*(3100+16) + 100, []string{"a", "b", "c", "d"}, 2},
+		{"a record over the bound alone", 100, []string{"a", "b", "c"}, 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, Config{MaxBatchBytes: tt.maxBytes})
+			var recs []*kgo.Record
+			for i, k := range tt.keys {
+				recs = append(recs, rec(int64(i), k, bigDoc(k)))
+			}
+			if err := f.p.Handle(context.Background(), recs); err != nil {
+				t.Fatal(err)
+			}
+			if f.index.writes != tt.wantWrites {
+				t.Errorf("index writes = %d, want %d", f.index.writes, tt.wantWrites)
+			}
+			if len(f.rel.ledger) != len(tt.keys) {
+				t.Errorf("ledger rows = %d, want %d", len(f.rel.ledger), len(tt.keys))
+			}
+		})
+	}
+}

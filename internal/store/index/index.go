@@ -21,6 +21,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/projector/projector/internal/project"
 )
@@ -38,11 +39,25 @@ type Config struct {
 	Dim int
 	// UpsertBatch bounds the points of one upsert call.
 	UpsertBatch int
+	// UpsertMaxBytes bounds the encoded size of one upsert call. A
+	// document's title and metadata are copied into every point's
+	// payload, so a few large records can make a request of any size; it
+	// is cut by this bound instead. A point larger than the bound on its
+	// own is refused as its record's fault.
+	UpsertMaxBytes int
 	// UpsertConcurrency bounds the upsert calls of one Apply in flight at
 	// once: the server applies them in parallel, and the points built
 	// but not yet acknowledged stay under UpsertConcurrency × UpsertBatch.
 	UpsertConcurrency int
 }
+
+// DefaultUpsertMaxBytes is Config.UpsertMaxBytes unless configured: a
+// quarter of the 32 MiB gRPC message Qdrant accepts by default.
+const DefaultUpsertMaxBytes = 8 << 20
+
+// upsertOverhead bounds what an upsert request adds to its points: the
+// collection name, flags and a few bytes per point for the field tags.
+const upsertOverhead = 1024
 
 // Store is the Qdrant adapter. It is safe for concurrent use.
 type Store struct {
@@ -68,6 +83,9 @@ func Open(cfg Config) (*Store, error) {
 	}
 	if cfg.UpsertConcurrency <= 0 {
 		cfg.UpsertConcurrency = 4
+	}
+	if cfg.UpsertMaxBytes <= 0 {
+		cfg.UpsertMaxBytes = DefaultUpsertMaxBytes
 	}
 	client, err := qdrant.NewClient(&qdrant.Config{
 		Host: host, Port: port, APIKey: cfg.APIKey, UseTLS: cfg.TLS != nil, TLSConfig: cfg.TLS,
@@ -178,12 +196,14 @@ func (s *Store) upsert(ctx context.Context, w *project.Write) ([]*qdrant.PointId
 	g.SetLimit(s.cfg.UpsertConcurrency)
 	var keep []*qdrant.PointId
 	points := make([]*qdrant.PointStruct, 0, s.cfg.UpsertBatch)
+	size := upsertOverhead + len(s.cfg.Collection)
 	flush := func() {
 		if len(points) == 0 {
 			return
 		}
 		call := &qdrant.UpsertPoints{CollectionName: s.cfg.Collection, Points: points, Wait: qdrant.PtrOf(true)}
 		points = make([]*qdrant.PointStruct, 0, s.cfg.UpsertBatch)
+		size = upsertOverhead + len(s.cfg.Collection)
 		g.Go(func() error {
 			if _, err := s.client.Upsert(gctx, call); err != nil {
 				return classify(ctx, fmt.Errorf("upsert points: %w", err))
@@ -199,28 +219,49 @@ func (s *Store) upsert(ctx context.Context, w *project.Write) ([]*qdrant.PointId
 		}
 		for _, c := range d.Chunks {
 			p, err := shared.point(&c)
+			var n int
+			if err == nil {
+				n, err = s.pointSize(p, &c)
+			}
 			if err != nil {
 				_ = g.Wait()
 				return nil, err
 			}
+			if len(points) > 0 && size+n > s.cfg.UpsertMaxBytes {
+				flush()
+			}
 			keep = append(keep, p.Id)
 			points = append(points, p)
+			size += n
 			if len(points) == s.cfg.UpsertBatch {
 				flush()
-				if gctx.Err() != nil {
-					// An upsert failed or ctx ended: building more is
-					// pointless, and keep is incomplete.
-					err := g.Wait()
-					if err == nil {
-						err = classify(ctx, fmt.Errorf("upsert points: %w", context.Cause(gctx)))
-					}
-					return nil, err
+			}
+			if gctx.Err() != nil {
+				// An upsert failed or ctx ended: building more is
+				// pointless, and keep is incomplete.
+				err := g.Wait()
+				if err == nil {
+					err = classify(ctx, fmt.Errorf("upsert points: %w", context.Cause(gctx)))
 				}
+				return nil, err
 			}
 		}
 	}
 	flush()
 	return keep, g.Wait()
+}
+
+// pointSize returns the bytes p adds to an upsert request, and refuses a
+// point that would make a request over UpsertMaxBytes on its own: its
+// record's chunk, title and metadata are too large together, whatever the
+// batch.
+func (s *Store) pointSize(p *qdrant.PointStruct, c *project.Chunk) (int, error) {
+	n := proto.Size(p) + 8 // with the field's tag and length
+	if n+upsertOverhead+len(s.cfg.Collection) > s.cfg.UpsertMaxBytes {
+		return 0, &project.StoreError{Store: project.StoreIndex, Kind: project.Rejected, Err: fmt.Errorf(
+			"point of chunk %s has %d bytes (text, title and metadata), over the %d bytes of one upsert (--qdrant-upsert-max-bytes)", c.ID, n, s.cfg.UpsertMaxBytes)}
+	}
+	return n, nil
 }
 
 // documentPayload holds the payload values that every chunk of a document

@@ -4,12 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/qdrant/go-client/qdrant"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/projector/projector/internal/project"
 	"github.com/projector/projector/internal/qdrantdouble"
@@ -123,5 +129,70 @@ func TestClassify(t *testing.T) {
 		if got := project.LimitOf(err); got != tt.limit {
 			t.Errorf("limit of %v = %q, want %q", tt.err, got, tt.limit)
 		}
+	}
+}
+
+// TestUpsertBoundedInBytes writes documents whose points are large (the
+// title is copied into every payload) and checks every upsert request the
+// server receives against UpsertMaxBytes, and that a point over it alone is
+// its record's fault.
+func TestUpsertBoundedInBytes(t *testing.T) {
+	const maxBytes = 64 << 10
+	s := openTest(t, storetest.Dim)
+	var sizes []int
+	var mu sync.Mutex
+	count := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if u, ok := req.(*qdrant.UpsertPoints); ok {
+			mu.Lock()
+			sizes = append(sizes, proto.Size(u))
+			mu.Unlock()
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	host, port, _ := net.SplitHostPort(s.cfg.Addr)
+	portN, _ := strconv.Atoi(port)
+	client, err := qdrant.NewClient(&qdrant.Config{Host: host, Port: portN, SkipCompatibilityCheck: true,
+		GrpcOptions: []grpc.DialOption{grpc.WithUnaryInterceptor(count)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	cfg := s.cfg
+	cfg.UpsertBatch, cfg.UpsertMaxBytes = 1000, maxBytes
+	bounded := &Store{client: client, cfg: cfg}
+
+	tests := []struct {
+		name      string
+		title     int // bytes of the title, copied into every point
+		chunks    int
+		wantCalls int
+		rejected  bool
+	}{
+		{"small points, one call", 10, 20, 1, false},
+		{"large points, split", 10 << 10, 20, 4, false},
+		{"a point over the bound", 70 << 10, 1, 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sizes = nil
+			texts := make([]string, tt.chunks)
+			for i := range texts {
+				texts[i] = "chunk " + strconv.Itoa(i)
+			}
+			doc := storetest.Doc("b-"+strconv.Itoa(tt.title), 1, texts...)
+			doc.Title = strings.Repeat("t", tt.title)
+			err := bounded.Apply(context.Background(), &project.Write{Live: []project.Document{doc}})
+			if got := project.KindOf(err) == project.Rejected && err != nil; got != tt.rejected {
+				t.Fatalf("Apply = %v, rejected %v, want rejected %v", err, got, tt.rejected)
+			}
+			if len(sizes) != tt.wantCalls {
+				t.Errorf("upsert calls = %d (%v bytes), want %d", len(sizes), sizes, tt.wantCalls)
+			}
+			for _, n := range sizes {
+				if n > maxBytes {
+					t.Errorf("an upsert request has %d bytes, want at most %d", n, maxBytes)
+				}
+			}
+		})
 	}
 }
