@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -20,6 +19,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/projector/projector/internal/project"
+	"github.com/projector/projector/internal/retry"
 )
 
 // StoreName labels the embedder's failures (project.StoreError.Store), so
@@ -270,14 +270,12 @@ func (h *HTTP) post(ctx context.Context, texts []string, dst [][]float32) error 
 		if attempt >= h.cfg.Attempts {
 			return h.fail(project.Transient, fmt.Errorf("%w (gave up after %d attempts)", re.err, attempt))
 		}
-		wait := h.backoff(attempt)
+		wait := retry.Policy{Min: h.cfg.RetryMin, Max: h.cfg.RetryMax}.Delay(attempt - 1)
 		if re.hasRetryAfter {
 			wait = min(re.retryAfter, h.cfg.MaxRetryAfter)
 		}
-		select {
-		case <-ctx.Done():
-			return h.fail(project.Transient, fmt.Errorf("%s: %w", h.display, ctx.Err()))
-		case <-time.After(wait):
+		if err := retry.Sleep(ctx, wait); err != nil {
+			return h.fail(project.Transient, fmt.Errorf("%s: %w", h.display, err))
 		}
 	}
 }
@@ -415,15 +413,6 @@ func (h *HTTP) errorMessage(body io.Reader) string {
 		msg = strings.ToValidUTF8(msg[:300], "") + "..."
 	}
 	return msg
-}
-
-// backoff is capped exponential with equal jitter: half fixed, half random.
-func (h *HTTP) backoff(attempt int) time.Duration {
-	d := h.cfg.RetryMin << min(attempt-1, 20)
-	if d > h.cfg.RetryMax || d <= 0 {
-		d = h.cfg.RetryMax
-	}
-	return d/2 + rand.N(d/2+1)
 }
 
 func (h *HTTP) fail(kind project.ErrorKind, err error) error {

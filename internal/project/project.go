@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/google/uuid"
@@ -16,6 +15,7 @@ import (
 	"github.com/projector/projector/internal/fence"
 	"github.com/projector/projector/internal/health"
 	"github.com/projector/projector/internal/keys"
+	"github.com/projector/projector/internal/retry"
 )
 
 // Store labels, used in metrics, logs, errors and the health status.
@@ -633,26 +633,15 @@ func (p *Projector) retry(ctx context.Context, component string, op func(context
 			}
 			p.log.Log(level, "failing; retrying with backoff until it recovers", fields...)
 		}
-		delay := p.backoff(attempt)
+		policy := retry.Policy{Min: p.cfg.RetryMin, Max: p.cfg.RetryMax}
+		delay := policy.Delay(attempt)
 		if slow {
-			delay = p.cfg.RetryMax
+			delay = policy.Slow()
 		}
-		select {
-		case <-ctx.Done():
+		if retry.Sleep(ctx, delay) != nil {
 			return err
-		case <-time.After(delay):
 		}
 	}
-}
-
-// backoff is capped exponential with equal jitter: half fixed, half random,
-// so many partitions retrying at once spread out.
-func (p *Projector) backoff(attempt int) time.Duration {
-	d := p.cfg.RetryMin << min(attempt, 20)
-	if d > p.cfg.RetryMax || d <= 0 {
-		d = p.cfg.RetryMax
-	}
-	return d/2 + rand.N(d/2+1)
 }
 
 func header(r *kgo.Record, key string) string {
