@@ -105,6 +105,9 @@ func runCommand(ctx context.Context, args []string, e env) error {
 	if err := parse(fs, args, e); err != nil {
 		return err
 	}
+	if err := f.checkLimits(); err != nil {
+		return usageError(err)
+	}
 	if err := f.embed.resolve(fs, &f.stores.vectorDim, e.getenv); err != nil {
 		return err
 	}
@@ -114,6 +117,28 @@ func runCommand(ctx context.Context, args []string, e env) error {
 	}
 	defer func() { _ = log.Sync() }()
 	return runService(ctx, &f, log, e.getenv)
+}
+
+// checkLimits refuses limits that would refuse every record or every
+// write.
+func (f *runFlags) checkLimits() error {
+	for _, l := range []struct {
+		flag       string
+		value, min int
+	}{
+		{"--max-record-bytes", f.maxRecordBytes, 1},
+		{"--max-chunks", f.maxChunks, 1},
+		{"--max-batch-bytes", f.maxBatchBytes, 1},
+		{"--qdrant-upsert-max-bytes", f.stores.qdrantUpsertBytes, 64 << 10},
+	} {
+		if l.value < l.min {
+			return fmt.Errorf("%s %d: want at least %d", l.flag, l.value, l.min)
+		}
+	}
+	if f.dlqRetention < 0 {
+		return fmt.Errorf("--dlq-retention %s: want 0 (keep) or more", f.dlqRetention)
+	}
+	return nil
 }
 
 func runService(ctx context.Context, f *runFlags, log *zap.Logger, getenv func(string) string) error {
@@ -273,10 +298,15 @@ func prepareTopics(ctx context.Context, base []kgo.Opt, log *zap.Logger, f *runF
 		return 0, fmt.Errorf("kafka admin client: %w", err)
 	}
 	defer admin.Close()
-	return ensureTopics(ctx, admin, log, topicPlan{
+	limit, err := ensureTopics(ctx, admin, log, topicPlan{
 		topic: f.topic, dlqTopic: f.dlqTopic, dlqRetention: f.dlqRetention,
 		dlqMaxMessageBytes: max(dlq.DefaultMaxMessageBytes, f.maxRecordBytes+dlqHeadroom),
 	})
+	if err == nil && limit < f.maxRecordBytes+dlqHeadroom {
+		log.Warn("the dead-letter topic takes smaller records than --max-record-bytes accepts: the dead letter of a large record that does not compress below its max.message.bytes is cut (the whole record stays at its source offset)",
+			zap.String("topic", f.dlqTopic), zap.Int("max_message_bytes", limit), zap.Int("max_record_bytes", f.maxRecordBytes))
+	}
+	return limit, err
 }
 
 // topicPlan is what ensureTopics checks and creates.
