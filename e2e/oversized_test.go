@@ -220,3 +220,37 @@ func TestDeadLetterTopicSettings(t *testing.T) {
 		})
 	}
 }
+
+// TestDeadLetterRefusedHalts gives the service a dead-letter topic that
+// refuses a letter for good: a compacted topic takes no record without a
+// key, and a record without a key is bad input. The partition must halt
+// with the reason on /readyz and in the metrics, rather than retry for
+// ever, and nothing after the record may be committed.
+func TestDeadLetterRefusedHalts(t *testing.T) {
+	w := newWorld(t, 1)
+	ctx := context.Background()
+	if _, err := w.adm.CreateTopic(ctx, 1, 1, map[string]*string{"cleanup.policy": kadm.StringPtr("compact")}, w.dlqTopic); err != nil {
+		t.Fatal(err)
+	}
+	w.produce(doc{Key: w.key("before"), Version: 1, Chunks: []string{"a"}}.record(),
+		&kgo.Record{Value: []byte(`{"document_key":"k-nokey","version":1,"chunks":[]}`)},
+		doc{Key: w.key("after"), Version: 1, Chunks: []string{"b"}}.record())
+	p := w.start(nil)
+	m := p.waitMetrics(time.Minute, "the partition halted", func(m map[string]float64) bool {
+		return m[`projector_partition_halts_total{reason="dead_letter_refused"}`] == 1
+	})
+	if got := m[`projector_partition_halted{partition="0",topic="`+w.topic+`"}`]; got != 1 {
+		t.Errorf("projector_partition_halted = %v, want 1", got)
+	}
+	code, body := p.get("/readyz")
+	if code != 503 || !strings.Contains(body, "dead_letter_refused") || !strings.Contains(body, "INVALID_RECORD") {
+		t.Errorf("/readyz = %d %q, want 503 naming dead_letter_refused and the broker's error", code, body)
+	}
+	p.stop()
+	if lag, err := w.lag(); err != nil || lag == 0 {
+		t.Errorf("lag = %d (%v), want the refused record and what follows uncommitted", lag, err)
+	}
+	if !strings.Contains(p.log.String(), "the dead-letter topic is compacted") {
+		t.Errorf("no warning about the compacted dead-letter topic in the log")
+	}
+}

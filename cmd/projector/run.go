@@ -74,7 +74,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.topic, "topic", "documents", "topic of the document events")
 	fs.StringVar(&f.group, "group", "projector", "consumer group; run more processes in the same group to scale out, one writer per partition")
 	fs.StringVar(&f.dlqTopic, "dlq-topic", "documents.dlq", "dead-letter topic for records that cannot be projected")
-	fs.DurationVar(&f.dlqRetention, "dlq-retention", 0, "retention.ms of the dead-letter topic when run creates it (0: keep dead letters for ever, retention.ms=-1); an existing topic is left as it is, with a warning when it would delete dead letters within "+shortRetention.String())
+	fs.DurationVar(&f.dlqRetention, "dlq-retention", 0, "retention.ms of the dead-letter topic when run creates it (0: keep dead letters for ever, retention.ms=-1); an existing topic is left as it is, with a warning when it would delete dead letters within 30 days")
 	fs.StringVar(&f.httpAddr, "http-addr", "127.0.0.1:8080", "address of /metrics, /healthz and /readyz; loopback by default so nothing is exposed unless asked (containers set 0.0.0.0:8080)")
 	fs.BoolVar(&f.pprof, "pprof", false, "also serve /debug/pprof/ on --http-addr")
 	fs.StringVar(&f.instanceID, "instance-id", "", "name of this process in the ledger and logs (default: host name and process id)")
