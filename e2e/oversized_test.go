@@ -186,14 +186,16 @@ func TestDeadLetterTopicSettings(t *testing.T) {
 		existing map[string]*string // nil: the topic is missing
 		args     []string
 		want     map[string]string
-		warn     bool
+		warning  string // "" when none is due
 	}{
 		{"created, kept for ever", nil, []string{"--max-record-bytes", "2097152"},
-			map[string]string{"retention.ms": "-1", "max.message.bytes": strconv.Itoa(2097152 + 64<<10)}, false},
+			map[string]string{"retention.ms": "-1", "max.message.bytes": strconv.Itoa(2097152 + 64<<10)}, ""},
 		{"created, with a retention", nil, []string{"--dlq-retention", "2160h"},
-			map[string]string{"retention.ms": strconv.Itoa(90 * 24 * 3600 * 1000)}, false},
+			map[string]string{"retention.ms": strconv.Itoa(90 * 24 * 3600 * 1000)}, ""},
 		{"existing, short retention", map[string]*string{"retention.ms": kadm.StringPtr("86400000")}, nil,
-			map[string]string{"retention.ms": "86400000"}, true},
+			map[string]string{"retention.ms": "86400000"}, "the dead-letter topic deletes dead letters within days"},
+		{"existing, bounded in bytes", map[string]*string{"retention.ms": kadm.StringPtr("-1"), "retention.bytes": kadm.StringPtr("1073741824")}, nil,
+			map[string]string{"retention.bytes": "1073741824"}, "the dead-letter topic deletes its oldest dead letters beyond retention.bytes"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -213,9 +215,10 @@ func TestDeadLetterTopicSettings(t *testing.T) {
 					t.Errorf("dead-letter topic %s = %q, want %q", k, got[k], want)
 				}
 			}
-			warned := strings.Contains(p.log.String(), "the dead-letter topic deletes dead letters within days")
-			if warned != tt.warn {
-				t.Errorf("warned about the retention = %v, want %v", warned, tt.warn)
+			for _, msg := range []string{"the dead-letter topic deletes dead letters within days", "the dead-letter topic deletes its oldest dead letters beyond retention.bytes"} {
+				if got, want := strings.Contains(p.log.String(), msg), msg == tt.warning; got != want {
+					t.Errorf("warned %q = %v, want %v", msg, got, want)
+				}
 			}
 		})
 	}

@@ -399,11 +399,17 @@ func dlqLimits(ctx context.Context, adm *kadm.Client, log *zap.Logger, topic str
 		limit = dlq.DefaultMaxMessageBytes
 	}
 	// A topic allowing more than the large producer sends is used up to
-	// what it sends.
-	limit = min(limit, dlq.MaxLargeBytes)
+	// what it sends; one allowing less than the Kafka client's smallest
+	// batch limit (512 bytes) refuses what it is sent, which halts the
+	// partition with the broker's error.
+	limit = max(min(limit, dlq.MaxLargeBytes), 1024)
 	if ms, err := strconv.ParseInt(value("retention.ms"), 10, 64); err == nil && ms >= 0 && time.Duration(ms)*time.Millisecond < shortRetention {
 		log.Warn("the dead-letter topic deletes dead letters within days; set its retention.ms to -1 (keep) or a long time",
 			zap.String("topic", topic), zap.Int64("retention_ms", ms))
+	}
+	if b, err := strconv.ParseInt(value("retention.bytes"), 10, 64); err == nil && b >= 0 {
+		log.Warn("the dead-letter topic deletes its oldest dead letters beyond retention.bytes; set it to -1",
+			zap.String("topic", topic), zap.Int64("retention_bytes", b))
 	}
 	if strings.Contains(value("cleanup.policy"), "compact") {
 		log.Warn("the dead-letter topic is compacted: a later dead letter of the same document deletes an earlier one; use cleanup.policy=delete",
