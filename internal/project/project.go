@@ -33,7 +33,9 @@ type DeadLetter struct {
 }
 
 // DeadLetters writes records to the dead-letter topic. Send returns only
-// when every letter is acknowledged, or with an error.
+// when every letter is acknowledged, or with an error; a *PermanentError
+// (the topic refuses a letter for good) halts the partition instead of
+// being retried.
 type DeadLetters interface {
 	Send(ctx context.Context, letters []DeadLetter) error
 }
