@@ -197,6 +197,7 @@ type storeFlags struct {
 	qdrantAddr        string
 	qdrantCollection  string
 	qdrantUpsertBatch int
+	qdrantUpsertBytes int
 	qdrantUpserts     int
 	qdrantShards      int
 	qdrantAPIKey      secretFile
@@ -219,6 +220,7 @@ func (s *storeFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&s.qdrantAddr, "qdrant-addr", "127.0.0.1:6334", "Qdrant gRPC address, host:port")
 	fs.StringVar(&s.qdrantCollection, "qdrant-collection", "chunks", "Qdrant collection of the chunks")
 	fs.IntVar(&s.qdrantUpsertBatch, "qdrant-upsert-batch", 256, "points per Qdrant upsert call")
+	fs.IntVar(&s.qdrantUpsertBytes, "qdrant-upsert-max-bytes", index.DefaultUpsertMaxBytes, "bytes per Qdrant upsert call (a document's title and metadata are in every point's payload); keep it below the server's gRPC message limit; a record with a larger point is dead-lettered (store_rejected)")
 	fs.IntVar(&s.qdrantUpserts, "qdrant-upsert-concurrency", 4, "Qdrant upsert calls of one batch in flight at once (per partition); the filtered delete of old points waits for all of them")
 	fs.IntVar(&s.qdrantShards, "qdrant-shards", 0, "shards of the Qdrant collection when the projector creates it (0: Qdrant's default, one per node); an existing collection keeps its own")
 	s.qdrantAPIKey.envVar = qdrantAPIKeyEnv
@@ -298,7 +300,7 @@ func (s *storeFlags) open(ctx context.Context) (*stores, error) {
 		neo4jTLS = cfg
 	}
 	idx, err := index.Open(index.Config{
-		Addr: s.qdrantAddr, Collection: s.qdrantCollection, Dim: s.vectorDim, UpsertBatch: s.qdrantUpsertBatch, UpsertConcurrency: s.qdrantUpserts,
+		Addr: s.qdrantAddr, Collection: s.qdrantCollection, Dim: s.vectorDim, UpsertBatch: s.qdrantUpsertBatch, UpsertMaxBytes: s.qdrantUpsertBytes, UpsertConcurrency: s.qdrantUpserts,
 		Shards: s.qdrantShards, APIKey: s.qdrantAPIKey.secret, TLS: qdrantTLS,
 	})
 	if err != nil {

@@ -30,6 +30,11 @@ func TestUsageErrorsExit2(t *testing.T) {
 		{"ledger-prune", "--batch", "0"},
 		{"ids", "--check", "doc", "0", "1"},
 		{"ids", "doc", "1"},
+		{"run", "--max-record-bytes", "0"},
+		{"run", "--max-chunks", "0"},
+		{"run", "--max-batch-bytes", "-1"},
+		{"run", "--qdrant-upsert-max-bytes", "1000"},
+		{"run", "--dlq-retention", "-1h"},
 	}
 	for _, args := range tests {
 		var stderr bytes.Buffer

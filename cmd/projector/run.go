@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -42,6 +43,7 @@ type runFlags struct {
 	topic           string
 	group           string
 	dlqTopic        string
+	dlqRetention    time.Duration
 	httpAddr        string
 	pprof           bool
 	instanceID      string
@@ -55,6 +57,7 @@ type runFlags struct {
 	maxPollRecords  int
 	batchRecords    int
 	maxBatchChunks  int
+	maxBatchBytes   int
 	fetchMaxBytes   int
 	fetchPartBytes  int
 	shutdownTimeout time.Duration
@@ -73,6 +76,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&f.topic, "topic", "documents", "topic of the document events")
 	fs.StringVar(&f.group, "group", "projector", "consumer group; run more processes in the same group to scale out, one writer per partition")
 	fs.StringVar(&f.dlqTopic, "dlq-topic", "documents.dlq", "dead-letter topic for records that cannot be projected")
+	fs.DurationVar(&f.dlqRetention, "dlq-retention", 0, "retention.ms of the dead-letter topic when run creates it (0: keep dead letters for ever, retention.ms=-1); an existing topic is left as it is, with a warning when it would delete dead letters within 30 days")
 	fs.StringVar(&f.httpAddr, "http-addr", "127.0.0.1:8080", "address of /metrics, /healthz and /readyz; loopback by default so nothing is exposed unless asked (containers set 0.0.0.0:8080)")
 	fs.BoolVar(&f.pprof, "pprof", false, "also serve /debug/pprof/ on --http-addr")
 	fs.StringVar(&f.instanceID, "instance-id", "", "name of this process in the ledger and logs (default: host name and process id)")
@@ -86,6 +90,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.maxPollRecords, "max-poll-records", 2000, "records per poll across partitions; a poll's records are shared by the partitions that have some, so it should hold a few --batch-records")
 	fs.IntVar(&f.batchRecords, "batch-records", 500, "records per batch; offsets are committed after each batch")
 	fs.IntVar(&f.maxBatchChunks, "max-batch-chunks", 4096, "chunks per store write; a larger batch is written and fenced in parts")
+	fs.IntVar(&f.maxBatchBytes, "max-batch-bytes", project.DefaultMaxBatchBytes, "bytes per store write (record values and chunk vectors); a larger batch is written and fenced in parts, a larger record alone")
 	fs.IntVar(&f.fetchMaxBytes, "fetch-max-bytes", 16<<20, "bytes the Kafka client buffers per fetch; with --max-poll-records it bounds memory")
 	fs.IntVar(&f.fetchPartBytes, "fetch-max-partition-bytes", 1<<20, "bytes of one partition per fetch; well below --fetch-max-bytes so each fetch feeds every partition's worker (compressed bytes: decompressed records take more)")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 25*time.Second, "time in-flight batches get to finish on SIGTERM before they are abandoned uncommitted")
@@ -103,6 +108,9 @@ func runCommand(ctx context.Context, args []string, e env) error {
 	if err := parse(fs, args, e); err != nil {
 		return err
 	}
+	if err := f.checkLimits(); err != nil {
+		return usageError(err)
+	}
 	if err := f.embed.resolve(fs, &f.stores.vectorDim, e.getenv); err != nil {
 		return err
 	}
@@ -115,6 +123,28 @@ func runCommand(ctx context.Context, args []string, e env) error {
 		log.Warn(w)
 	}
 	return runService(ctx, &f, log, e.getenv)
+}
+
+// checkLimits refuses limits that would refuse every record or every
+// write.
+func (f *runFlags) checkLimits() error {
+	for _, l := range []struct {
+		flag       string
+		value, min int
+	}{
+		{"--max-record-bytes", f.maxRecordBytes, 1},
+		{"--max-chunks", f.maxChunks, 1},
+		{"--max-batch-bytes", f.maxBatchBytes, 1},
+		{"--qdrant-upsert-max-bytes", f.stores.qdrantUpsertBytes, 64 << 10},
+	} {
+		if l.value < l.min {
+			return fmt.Errorf("%s %d: want at least %d", l.flag, l.value, l.min)
+		}
+	}
+	if f.dlqRetention < 0 {
+		return fmt.Errorf("--dlq-retention %s: want 0 (keep) or more", f.dlqRetention)
+	}
+	return nil
 }
 
 func runService(ctx context.Context, f *runFlags, log *zap.Logger, getenv func(string) string) error {
@@ -189,16 +219,35 @@ func serve(ctx context.Context, f *runFlags, log *zap.Logger, reg *prometheus.Re
 	if err != nil {
 		return err
 	}
+	dlqLimit, err := prepareTopics(ctx, base, log, f)
+	if err != nil {
+		return err
+	}
 	// Each client gets its own kprom namespace: kprom registers per client.
-	producer, err := kgo.NewClient(append(base, kgo.ClientID("projector-dlq"),
+	// Dead letters are compressed and batched up to what the dead-letter
+	// topic accepts; a larger one goes alone through the second client,
+	// whose batches may be as large as dlq.MaxLargeBytes uncompressed, so
+	// the broker takes it if it compresses below the topic's limit.
+	compress := kgo.ProducerBatchCompression(kgo.ZstdCompression(), kgo.Lz4Compression(), kgo.NoCompression())
+	producer, err := kgo.NewClient(append(base, kgo.ClientID("projector-dlq"), compress,
+		kgo.ProducerBatchMaxBytesFn(func(topic string) int32 {
+			if topic == f.dlqTopic {
+				return int32(dlqLimit)
+			}
+			return dlq.DefaultMaxMessageBytes
+		}),
 		kgo.WithHooks(kprom.NewMetrics("projector_kafka_dlq", kprom.Registerer(reg))))...)
 	if err != nil {
 		return fmt.Errorf("kafka producer client: %w", err)
 	}
 	defer producer.Close()
-	if err := ensureTopics(ctx, producer, log, f.topic, f.dlqTopic); err != nil {
-		return err
+	large, err := kgo.NewClient(append(base, kgo.ClientID("projector-dlq-large"), compress,
+		kgo.ProducerBatchMaxBytes(dlq.MaxLargeBytes), kgo.ProducerLinger(0),
+		kgo.WithHooks(kprom.NewMetrics("projector_kafka_dlq_large", kprom.Registerer(reg))))...)
+	if err != nil {
+		return fmt.Errorf("kafka producer client: %w", err)
 	}
+	defer large.Close()
 	var tracer project.Tracer
 	if f.traceTopic != "" {
 		tracer = trace.New(producer, f.traceTopic, f.instanceID, log.With(zap.String("component", "trace")), reg)
@@ -208,7 +257,7 @@ func serve(ctx context.Context, f *runFlags, log *zap.Logger, reg *prometheus.Re
 		event.Splitter{MaxBytes: f.chunkBytes})
 	proj := project.New(project.Config{
 		OnConflict: onConflict, OnFenceMismatch: onMismatch, FenceRetries: f.fenceRetries,
-		MaxBatchChunks: f.maxBatchChunks, Writer: f.instanceID, RetryMax: f.retryMax,
+		MaxBatchChunks: f.maxBatchChunks, MaxBatchBytes: f.maxBatchBytes, Writer: f.instanceID, RetryMax: f.retryMax,
 	}, log.With(zap.String("component", "project")), reg, project.Deps{
 		Decoder:     dec,
 		Embedder:    embedder,
@@ -216,7 +265,7 @@ func serve(ctx context.Context, f *runFlags, log *zap.Logger, reg *prometheus.Re
 		Graph:       st.graph,
 		Relational:  st.relational,
 		Fences:      fence.New(fenceMode, reg, st.index, st.graph, st.relational),
-		DeadLetters: dlq.New(producer, f.dlqTopic),
+		DeadLetters: dlq.New(producer, large, dlq.Config{Topic: f.dlqTopic, MaxMessageBytes: dlqLimit}, reg),
 		Health:      status,
 		Tracer:      tracer,
 		Faults:      faults,
@@ -241,41 +290,141 @@ func serve(ctx context.Context, f *runFlags, log *zap.Logger, reg *prometheus.Re
 	return g.Wait()
 }
 
+// shortRetention is the retention below which an existing dead-letter
+// topic is warned about: dead letters wait for a person, who may be away.
+const shortRetention = 30 * 24 * time.Hour
+
+// dlqHeadroom is what the dead-letter topic run creates accepts beyond
+// --max-record-bytes: the dead-letter headers, and a record's own.
+const dlqHeadroom = 64 << 10
+
+// prepareTopics ensures the dead-letter topic through a short-lived admin
+// client and returns the largest record it accepts (its max.message.bytes),
+// which the dead-letter producer is then built with.
+func prepareTopics(ctx context.Context, base []kgo.Opt, log *zap.Logger, f *runFlags) (int, error) {
+	admin, err := kgo.NewClient(append(base, kgo.ClientID("projector-admin"))...)
+	if err != nil {
+		return 0, fmt.Errorf("kafka admin client: %w", err)
+	}
+	defer admin.Close()
+	limit, err := ensureTopics(ctx, admin, log, topicPlan{
+		topic: f.topic, dlqTopic: f.dlqTopic, dlqRetention: f.dlqRetention,
+		dlqMaxMessageBytes: max(dlq.DefaultMaxMessageBytes, f.maxRecordBytes+dlqHeadroom),
+	})
+	if err == nil && limit < f.maxRecordBytes+dlqHeadroom {
+		log.Warn("the dead-letter topic takes smaller records than --max-record-bytes accepts: the dead letter of a large record that does not compress below its max.message.bytes is cut (the whole record stays at its source offset)",
+			zap.String("topic", f.dlqTopic), zap.Int("max_message_bytes", limit), zap.Int("max_record_bytes", f.maxRecordBytes))
+	}
+	return limit, err
+}
+
+// topicPlan is what ensureTopics checks and creates.
+type topicPlan struct {
+	topic, dlqTopic string
+	// dlqRetention is the retention of a created dead-letter topic; 0
+	// keeps dead letters for ever.
+	dlqRetention time.Duration
+	// dlqMaxMessageBytes is the max.message.bytes of a created one.
+	dlqMaxMessageBytes int
+}
+
 // ensureTopics creates the dead-letter topic when it is missing, so the
 // first bad record does not depend on broker auto-creation (often disabled
-// in production), and warns when the document topic does not exist yet.
-// It is the service's first request to Kafka, so it waits, like the stores,
-// while no broker answers.
-func ensureTopics(ctx context.Context, cl *kgo.Client, log *zap.Logger, topic, dlqTopic string) error {
+// in production) nor on its retention, and warns when the document topic
+// does not exist yet or an existing dead-letter topic would delete dead
+// letters soon. It returns the dead-letter topic's max.message.bytes. It is
+// the service's first request to Kafka, so it waits, like the stores, while
+// no broker answers.
+func ensureTopics(ctx context.Context, cl *kgo.Client, log *zap.Logger, plan topicPlan) (int, error) {
 	adm := kadm.NewClient(cl)
 	var details kadm.TopicDetails
 	brokers, _ := cl.OptValue(kgo.SeedBrokers).([]string)
 	err := waitUntil(ctx, log, "Kafka", func(ctx context.Context) error {
 		var err error
-		details, err = adm.ListTopics(ctx, topic, dlqTopic)
+		details, err = adm.ListTopics(ctx, plan.topic, plan.dlqTopic)
 		return err
 	}, kafkaUnreachable, zap.String("server", "Kafka"), zap.Strings("brokers", brokers))
 	if err != nil {
-		return fmt.Errorf("list Kafka topics: %w", err)
+		return 0, fmt.Errorf("list Kafka topics: %w", err)
 	}
-	if d, ok := details[topic]; !ok || d.Err != nil {
-		log.Warn("the document topic does not exist yet; waiting for it", zap.String("topic", topic))
+	if d, ok := details[plan.topic]; !ok || d.Err != nil {
+		log.Warn("the document topic does not exist yet; waiting for it", zap.String("topic", plan.topic))
 	}
-	if d, ok := details[dlqTopic]; ok && d.Err == nil {
-		return nil
+	if d, ok := details[plan.dlqTopic]; !ok || d.Err != nil {
+		retention := "-1"
+		if plan.dlqRetention > 0 {
+			retention = strconv.FormatInt(plan.dlqRetention.Milliseconds(), 10)
+		}
+		resp, err := adm.CreateTopic(ctx, -1, -1, map[string]*string{
+			"retention.ms":      &retention,
+			"max.message.bytes": kadm.StringPtr(strconv.Itoa(plan.dlqMaxMessageBytes)),
+		}, plan.dlqTopic)
+		if err == nil {
+			err = resp.Err
+		}
+		switch {
+		case errors.Is(err, kerr.TopicAlreadyExists):
+		case err != nil:
+			return 0, fmt.Errorf("create dead-letter topic %s: %w", plan.dlqTopic, err)
+		default:
+			log.Info("created the dead-letter topic", zap.String("topic", plan.dlqTopic),
+				zap.String("retention_ms", retention), zap.Int("max_message_bytes", plan.dlqMaxMessageBytes))
+		}
 	}
-	resp, err := adm.CreateTopic(ctx, -1, -1, nil, dlqTopic)
+	return dlqLimits(ctx, adm, log, plan.dlqTopic)
+}
+
+// dlqLimits reads the dead-letter topic's max.message.bytes, and warns when
+// its retention or cleanup policy would delete dead letters before anyone
+// looks at them. A topic whose configuration cannot be read (a missing
+// DescribeConfigs permission) is assumed to have Kafka's defaults.
+func dlqLimits(ctx context.Context, adm *kadm.Client, log *zap.Logger, topic string) (int, error) {
+	configs, err := adm.DescribeTopicConfigs(ctx, topic)
+	var rc kadm.ResourceConfig
 	if err == nil {
-		err = resp.Err
+		rc, err = configs.On(topic, nil)
 	}
-	if errors.Is(err, kerr.TopicAlreadyExists) {
-		return nil
+	if err == nil {
+		err = rc.Err
 	}
 	if err != nil {
-		return fmt.Errorf("create dead-letter topic %s: %w", dlqTopic, err)
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		log.Warn("cannot read the dead-letter topic's configuration; assuming Kafka's default max.message.bytes",
+			zap.String("topic", topic), zap.Int("max_message_bytes", dlq.DefaultMaxMessageBytes), zap.Error(err))
+		return dlq.DefaultMaxMessageBytes, nil
 	}
-	log.Info("created the dead-letter topic", zap.String("topic", dlqTopic))
-	return nil
+	value := func(key string) string {
+		for _, c := range rc.Configs {
+			if c.Key == key && c.Value != nil {
+				return *c.Value
+			}
+		}
+		return ""
+	}
+	limit, err := strconv.Atoi(value("max.message.bytes"))
+	if err != nil || limit <= 0 {
+		limit = dlq.DefaultMaxMessageBytes
+	}
+	// A topic allowing more than the large producer sends is used up to
+	// what it sends; one allowing less than the Kafka client's smallest
+	// batch limit (512 bytes) refuses what it is sent, which halts the
+	// partition with the broker's error.
+	limit = max(min(limit, dlq.MaxLargeBytes), 1024)
+	if ms, err := strconv.ParseInt(value("retention.ms"), 10, 64); err == nil && ms >= 0 && time.Duration(ms)*time.Millisecond < shortRetention {
+		log.Warn("the dead-letter topic deletes dead letters within days; set its retention.ms to -1 (keep) or a long time",
+			zap.String("topic", topic), zap.Int64("retention_ms", ms))
+	}
+	if b, err := strconv.ParseInt(value("retention.bytes"), 10, 64); err == nil && b >= 0 {
+		log.Warn("the dead-letter topic deletes its oldest dead letters beyond retention.bytes; set it to -1",
+			zap.String("topic", topic), zap.Int64("retention_bytes", b))
+	}
+	if strings.Contains(value("cleanup.policy"), "compact") {
+		log.Warn("the dead-letter topic is compacted: a later dead letter of the same document deletes an earlier one; use cleanup.policy=delete",
+			zap.String("topic", topic))
+	}
+	return limit, nil
 }
 
 // kafkaUnreachable reports whether a Kafka request failed because no broker

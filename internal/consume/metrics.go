@@ -4,11 +4,14 @@ import (
 	"strconv"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/projector/projector/internal/project"
 )
 
 type metrics struct {
 	lag           *prometheus.GaugeVec
 	halted        *prometheus.GaugeVec
+	halts         *prometheus.CounterVec
 	commitSeconds prometheus.Histogram
 	commitErrors  prometheus.Counter
 	fetchErrors   prometheus.Counter
@@ -22,8 +25,12 @@ func newMetrics(reg prometheus.Registerer, oldestAge func() float64) *metrics {
 		}, []string{"topic", "partition"}),
 		halted: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "projector_partition_halted",
-			Help: "1 while a partition is halted by the fence mismatch policy halt.",
+			Help: "1 while a partition is halted (see projector_partition_halts_total for why).",
 		}, []string{"topic", "partition"}),
+		halts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "projector_partition_halts_total",
+			Help: "Partitions halted, by reason: fence_mismatch (the fence mismatch policy halt) or dead_letter_refused (the dead-letter topic refuses a letter permanently).",
+		}, []string{"reason"}),
 		commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "projector_commit_seconds",
 			Help:    "Time of one offset commit.",
@@ -42,7 +49,10 @@ func newMetrics(reg prometheus.Registerer, oldestAge func() float64) *metrics {
 		Name: "projector_oldest_uncommitted_age_seconds",
 		Help: "Age of the oldest record received and not yet committed, over all partitions; 0 when none. A growing value is a stuck partition.",
 	}, oldestAge)
-	reg.MustRegister(m.lag, m.halted, m.commitSeconds, m.commitErrors, m.fetchErrors, oldest)
+	for _, r := range project.HaltReasons() {
+		m.halts.WithLabelValues(string(r))
+	}
+	reg.MustRegister(m.lag, m.halted, m.halts, m.commitSeconds, m.commitErrors, m.fetchErrors, oldest)
 	return m
 }
 

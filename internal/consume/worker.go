@@ -130,9 +130,10 @@ func (w *worker) handle(recs []*kgo.Record) bool {
 // partition is paused so the other partitions go on.
 func (w *worker) halt(err *project.HaltError) {
 	component := "partition " + w.topic + "/" + strconv.Itoa(int(w.partition))
-	w.log.Error("partition halted: nothing more is committed on it until the cause is fixed and the service restarted", zap.Error(err))
+	w.log.Error("partition halted: nothing more is committed on it until the cause is fixed and the service restarted", zap.String("reason", string(err.Reason)), zap.Error(err))
 	w.c.health.Fail(component, "halted: "+err.Error())
 	w.c.m.halted.WithLabelValues(w.topic, strconv.Itoa(int(w.partition))).Set(1)
+	w.c.m.halts.WithLabelValues(string(err.Reason)).Inc()
 	w.halted.Store(true)
 	w.c.cl.PauseFetchPartitions(map[string][]int32{w.topic: {w.partition}})
 	for {

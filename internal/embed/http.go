@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -20,6 +19,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/projector/projector/internal/project"
+	"github.com/projector/projector/internal/retry"
 )
 
 // StoreName labels the embedder's failures (project.StoreError.Store), so
@@ -190,11 +190,14 @@ func (h *HTTP) Embed(ctx context.Context, texts []string) ([][]float32, error) {
 // Probe embeds ProbeText once to check, before the service starts, that
 // the endpoint answers with vectors of the configured dimension. Every
 // error it returns is Fatal except a Transient one (the endpoint may still
-// be starting).
+// be starting, or be rate-limiting a busy start: worth waiting for).
 func (h *HTTP) Probe(ctx context.Context) error {
 	err := h.post(ctx, []string{ProbeText}, make([][]float32, 1))
 	if se, ok := err.(*statusError); ok {
 		return h.fail(project.Fatal, fmt.Errorf("probe: %w", h.explain(se)))
+	}
+	if project.KindOf(err) == project.Limit {
+		return h.fail(project.Transient, err)
 	}
 	return err
 }
@@ -268,16 +271,20 @@ func (h *HTTP) post(ctx context.Context, texts []string, dst [][]float32) error 
 			return h.fail(project.Transient, fmt.Errorf("%s: %w", h.display, ctx.Err()))
 		}
 		if attempt >= h.cfg.Attempts {
-			return h.fail(project.Transient, fmt.Errorf("%w (gave up after %d attempts)", re.err, attempt))
+			err := fmt.Errorf("%w (gave up after %d attempts)", re.err, attempt)
+			if limit := rateLimit(re.err); limit != "" {
+				// Still 429 after every attempt: the endpoint's rate
+				// limit or quota, not an outage, and no record's fault.
+				return &project.StoreError{Store: StoreName, Kind: project.Limit, LimitName: limit, Err: err}
+			}
+			return h.fail(project.Transient, err)
 		}
-		wait := h.backoff(attempt)
+		wait := retry.Policy{Min: h.cfg.RetryMin, Max: h.cfg.RetryMax}.Delay(attempt - 1)
 		if re.hasRetryAfter {
 			wait = min(re.retryAfter, h.cfg.MaxRetryAfter)
 		}
-		select {
-		case <-ctx.Done():
-			return h.fail(project.Transient, fmt.Errorf("%s: %w", h.display, ctx.Err()))
-		case <-time.After(wait):
+		if err := retry.Sleep(ctx, wait); err != nil {
+			return h.fail(project.Transient, fmt.Errorf("%s: %w", h.display, err))
 		}
 	}
 }
@@ -417,13 +424,18 @@ func (h *HTTP) errorMessage(body io.Reader) string {
 	return msg
 }
 
-// backoff is capped exponential with equal jitter: half fixed, half random.
-func (h *HTTP) backoff(attempt int) time.Duration {
-	d := h.cfg.RetryMin << min(attempt-1, 20)
-	if d > h.cfg.RetryMax || d <= 0 {
-		d = h.cfg.RetryMax
+// rateLimit names the limit of a 429 answer: the account's quota when the
+// endpoint says so (OpenAI's insufficient_quota), else its rate limit; ""
+// for any other error.
+func rateLimit(err error) string {
+	se, ok := errors.AsType[*statusError](err)
+	switch {
+	case !ok || se.code != http.StatusTooManyRequests:
+		return ""
+	case strings.Contains(se.msg, "quota"):
+		return "quota"
 	}
-	return d/2 + rand.N(d/2+1)
+	return "rate_limit"
 }
 
 func (h *HTTP) fail(kind project.ErrorKind, err error) error {

@@ -284,7 +284,8 @@ func TestHTTPErrors(t *testing.T) {
 			return true
 		}, project.Fatal, "redirects", 1},
 		{"500 until the attempts run out", status(500, `{"error":"boom"}`), project.Transient, "gave up after 3 attempts", 3},
-		{"429 until the attempts run out", status(429, `{"error":"slow down"}`), project.Transient, "429 Too Many Requests: slow down", 3},
+		{"429 until the attempts run out", status(429, `{"error":"slow down"}`), project.Limit, "429 Too Many Requests: slow down", 3},
+		{"429 for a used-up quota", status(429, `{"error":{"message":"You exceeded your current quota, please check your plan and billing details.","type":"insufficient_quota","code":"insufficient_quota"}}`), project.Limit, "exceeded your current quota", 3},
 		{"501", status(501, ``), project.Fatal, "501 Not Implemented", 1},
 	}
 	for _, tt := range tests {
@@ -298,6 +299,9 @@ func TestHTTPErrors(t *testing.T) {
 			var se *project.StoreError
 			if !errors.As(err, &se) || se.Store != StoreName {
 				t.Fatalf("error %v (%T), want a *project.StoreError of store %q", err, err, StoreName)
+			}
+			if got := project.LimitOf(err); (got != "") != (tt.kind == project.Limit) {
+				t.Errorf("limit name = %q, want one exactly for a limit", got)
 			}
 			if got := project.KindOf(err); got != tt.kind {
 				t.Errorf("kind = %s (%v), want %s", got, err, tt.kind)
@@ -456,6 +460,7 @@ func TestHTTPProbe(t *testing.T) {
 		{"wrong dimension", nil, 12, project.Fatal, "returned vectors of dimension 8, but the configured dimension is 12: set --embed-dim (or --vector-dim) to 8"},
 		{"refuses the probe", status(400, `{"error":"model required"}`), 8, project.Fatal, "probe: "},
 		{"down", status(503, ``), 8, project.Transient, "503"},
+		{"rate-limited at start", status(429, `{"error":"slow down"}`), 8, project.Transient, "429"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -20,6 +20,14 @@ const (
 	// service cannot use) need an operator: keep retrying slowly, report not
 	// ready, and commit nothing.
 	Fatal
+	// Limit means a limit of the store, not of any record, refused the
+	// call: a collection's or server's configured limit (Qdrant's strict
+	// mode), a request or transaction too large, a quota or rate limit.
+	// Blaming a record would spread good records over dead letters, so it
+	// is handled like Fatal (retried slowly, reported with the limit's
+	// name on /readyz and in projector_store_limit_errors_total, nothing
+	// committed) and never isolated.
+	Limit
 )
 
 func (k ErrorKind) String() string {
@@ -28,6 +36,8 @@ func (k ErrorKind) String() string {
 		return "rejected"
 	case Fatal:
 		return "fatal"
+	case Limit:
+		return "limit"
 	default:
 		return "transient"
 	}
@@ -37,7 +47,11 @@ func (k ErrorKind) String() string {
 type StoreError struct {
 	Store string // index, graph or relational
 	Kind  ErrorKind
-	Err   error
+	// LimitName names the limit of a Limit failure, in the store's own
+	// terms where it has them (upsert_max_batchsize,
+	// max_request_size), for logs, metrics and /readyz.
+	LimitName string
+	Err       error
 }
 
 func (e *StoreError) Error() string { return e.Store + ": " + e.Err.Error() }
@@ -54,6 +68,15 @@ func KindOf(err error) ErrorKind {
 		return se.Kind
 	}
 	return Transient
+}
+
+// LimitOf names the limit of a Limit failure, or "" for other errors.
+func LimitOf(err error) string {
+	var se *StoreError
+	if errors.As(err, &se) && se.Kind == Limit {
+		return se.LimitName
+	}
+	return ""
 }
 
 // StoreOf names the store of err, or "" when it is not a store failure.
@@ -84,3 +107,15 @@ type contextEnded struct {
 }
 
 func (e contextEnded) Unwrap() []error { return []error{e.error, e.ctxErr} }
+
+// PermanentError is a failure of a dependency that no retry heals and that
+// no record of the batch is to blame for, such as the dead-letter topic
+// refusing a letter. Retrying stops for it at once.
+type PermanentError struct {
+	Err error
+}
+
+func (e *PermanentError) Error() string { return e.Err.Error() }
+
+// Unwrap returns the failure.
+func (e *PermanentError) Unwrap() error { return e.Err }

@@ -13,6 +13,7 @@ type metrics struct {
 	deadLetters  *prometheus.CounterVec
 	storeWrite   *prometheus.HistogramVec
 	storeErrors  *prometheus.CounterVec
+	limitErrors  *prometheus.CounterVec
 	batchRecords prometheus.Histogram
 	batchSeconds prometheus.Histogram
 	fenceSeconds prometheus.Histogram
@@ -38,8 +39,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"store"}),
 		storeErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "projector_store_errors_total",
-			Help: "Failed store calls, by store and kind (transient, rejected, fatal); each retry counts.",
+			Help: "Failed store calls, by store and kind (transient, rejected, fatal, limit); each retry counts.",
 		}, []string{"store", "kind"}),
+		limitErrors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "projector_store_limit_errors_total",
+			Help: "Store calls refused for a limit of the store, not of a record (kind limit), by store and the limit's name; each retry counts.",
+		}, []string{"store", "limit"}),
 		batchRecords: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "projector_batch_records",
 			Help:    "Records per handled batch.",
@@ -68,13 +73,13 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	// each kind shows in increase() and rate().
 	for _, s := range []string{StoreIndex, StoreGraph, StoreRelational} {
 		m.storeWrite.WithLabelValues(s)
-		for _, k := range []ErrorKind{Transient, Rejected, Fatal} {
+		for _, k := range []ErrorKind{Transient, Rejected, Fatal, Limit} {
 			m.storeErrors.WithLabelValues(s, k.String())
 		}
 	}
 	for _, r := range append(event.Reasons(), ReasonVersionConflict, ReasonFenceMismatch, ReasonStoreRejected) {
 		m.deadLetters.WithLabelValues(string(r))
 	}
-	reg.MustRegister(m.records, m.deadLetters, m.storeWrite, m.storeErrors, m.batchRecords, m.batchSeconds, m.fenceSeconds, m.embedSeconds)
+	reg.MustRegister(m.records, m.deadLetters, m.storeWrite, m.storeErrors, m.limitErrors, m.batchRecords, m.batchSeconds, m.fenceSeconds, m.embedSeconds)
 	return m
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/google/uuid"
@@ -16,6 +15,7 @@ import (
 	"github.com/projector/projector/internal/fence"
 	"github.com/projector/projector/internal/health"
 	"github.com/projector/projector/internal/keys"
+	"github.com/projector/projector/internal/retry"
 )
 
 // Store labels, used in metrics, logs, errors and the health status.
@@ -33,7 +33,9 @@ type DeadLetter struct {
 }
 
 // DeadLetters writes records to the dead-letter topic. Send returns only
-// when every letter is acknowledged, or with an error.
+// when every letter is acknowledged, or with an error; a *PermanentError
+// (the topic refuses a letter for good) halts the partition instead of
+// being retried.
 type DeadLetters interface {
 	Send(ctx context.Context, letters []DeadLetter) error
 }
@@ -58,14 +60,41 @@ const (
 	FenceHalt FencePolicy = "halt"
 )
 
-// HaltError stops a partition after a fence mismatch under FenceHalt.
+// HaltReason says why a partition halted; it is the reason label of
+// projector_partition_halts_total.
+type HaltReason string
+
+// The reasons a partition halts.
+const (
+	// HaltFenceMismatch: a fence mismatch persists under FenceHalt.
+	HaltFenceMismatch HaltReason = "fence_mismatch"
+	// HaltDeadLetterRefused: the dead-letter topic refuses a letter
+	// permanently, so the record can neither be projected nor put aside.
+	HaltDeadLetterRefused HaltReason = "dead_letter_refused"
+)
+
+// HaltReasons lists every halt reason, so metrics can show each at zero.
+func HaltReasons() []HaltReason { return []HaltReason{HaltFenceMismatch, HaltDeadLetterRefused} }
+
+// HaltError stops a partition: nothing more is committed on it until an
+// operator fixes the cause and restarts the service.
 type HaltError struct {
+	Reason HaltReason
+	// Mismatches are the documents that still differ, for HaltFenceMismatch.
 	Mismatches []fence.Mismatch
+	// Err is the failure, for the other reasons.
+	Err error
 }
 
 func (e *HaltError) Error() string {
-	return fmt.Sprintf("fence mismatch persists after re-projection (%s); halting the partition", e.Mismatches[0])
+	if e.Reason == HaltFenceMismatch && len(e.Mismatches) > 0 {
+		return fmt.Sprintf("fence mismatch persists after re-projection (%s); halting the partition", e.Mismatches[0])
+	}
+	return fmt.Sprintf("%s: %v; halting the partition", e.Reason, e.Err)
 }
+
+// Unwrap returns the failure that halted the partition, if any.
+func (e *HaltError) Unwrap() error { return e.Err }
 
 // Config holds the projector's policies and bounds.
 type Config struct {
@@ -77,6 +106,12 @@ type Config struct {
 	// MaxBatchChunks bounds the chunks of one store write; a larger batch
 	// is written in several parts, each fenced before the next.
 	MaxBatchChunks int
+	// MaxBatchBytes bounds the same parts in bytes: the records' values
+	// and the vectors of their chunks. A batch of large records is then
+	// split rather than sent as one request, transaction or statement
+	// that a store's limit refuses. A single larger record is a part of
+	// its own.
+	MaxBatchBytes int
 	// Writer names this process in the ledger.
 	Writer string
 	// RetryMin and RetryMax bound the exponential backoff of store retries.
@@ -155,6 +190,9 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer, d Deps) *Projec
 	if cfg.MaxBatchChunks <= 0 {
 		cfg.MaxBatchChunks = 4096
 	}
+	if cfg.MaxBatchBytes <= 0 {
+		cfg.MaxBatchBytes = DefaultMaxBatchBytes
+	}
 	return &Projector{cfg: cfg, log: log, m: newMetrics(reg), d: d}
 }
 
@@ -178,7 +216,11 @@ func (p *Projector) Handle(ctx context.Context, recs []*kgo.Record) error {
 		items[i].ev = ev
 	}
 	p.trace(ctx, StageReceived, items)
-	for _, part := range splitByChunks(items, p.cfg.MaxBatchChunks) {
+	vectorBytes := 0
+	if p.d.Embedder != nil {
+		vectorBytes = 4 * p.d.Embedder.Dim()
+	}
+	for _, part := range split(items, p.cfg.MaxBatchChunks, p.cfg.MaxBatchBytes, vectorBytes) {
 		if err := p.handle(ctx, part); err != nil {
 			return err
 		}
@@ -188,18 +230,26 @@ func (p *Projector) Handle(ctx context.Context, recs []*kgo.Record) error {
 	return nil
 }
 
-// splitByChunks cuts items into consecutive parts of at most max chunks
-// (a single larger record stays alone in its part).
-func splitByChunks(items []item, max int) [][]item {
+// DefaultMaxBatchBytes is MaxBatchBytes unless configured: well below the
+// request limits of the stores' servers (Qdrant's gRPC, Neo4j's and
+// PostgreSQL's memory per transaction).
+const DefaultMaxBatchBytes = 16 << 20
+
+// split cuts items into consecutive parts of at most maxChunks chunks and
+// maxBytes bytes, counting a record's value and vectorBytes per chunk (a
+// single larger record stays alone in its part).
+func split(items []item, maxChunks, maxBytes, vectorBytes int) [][]item {
 	var parts [][]item
-	begin, chunks := 0, 0
+	begin, chunks, size := 0, 0, 0
 	for i := range items {
 		n := len(items[i].ev.Chunks)
-		if i > begin && chunks+n > max {
+		b := len(items[i].rec.Value) + n*vectorBytes
+		if i > begin && (chunks+n > maxChunks || size+b > maxBytes) {
 			parts = append(parts, items[begin:i])
-			begin, chunks = i, 0
+			begin, chunks, size = i, 0, 0
 		}
 		chunks += n
+		size += b
 	}
 	if begin < len(items) {
 		parts = append(parts, items[begin:])
@@ -399,7 +449,7 @@ func (p *Projector) fence(ctx context.Context, w *Write, items []item) ([]DeadLe
 		w = w.restrict(bad)
 		if attempt >= p.cfg.FenceRetries {
 			if p.cfg.OnFenceMismatch == FenceHalt {
-				return nil, &HaltError{Mismatches: mismatches}
+				return nil, &HaltError{Reason: HaltFenceMismatch, Mismatches: mismatches}
 			}
 			var letters []DeadLetter
 			for i := range items {
@@ -456,6 +506,11 @@ func (p *Projector) sendLetters(ctx context.Context, letters []DeadLetter) error
 	err := p.retry(ctx, "dead-letter topic", func(ctx context.Context) error {
 		return p.d.DeadLetters.Send(ctx, letters)
 	})
+	if _, ok := errors.AsType[*PermanentError](err); ok {
+		// Retrying would stop the partition for ever without a word;
+		// halting says why, on /readyz and in the metrics.
+		return &HaltError{Reason: HaltDeadLetterRefused, Err: err}
+	}
 	if err != nil {
 		return err
 	}
@@ -534,8 +589,8 @@ func recordFields(it *item) []zap.Field {
 		zap.String("correlation_id", it.ev.CorrelationID))
 }
 
-// retry runs op until it succeeds, ctx ends, or it fails with a Rejected
-// error. It logs one line when a component starts failing and one when it
+// retry runs op until it succeeds, ctx ends, or it fails with a Rejected or a
+// permanent error. It logs one line when a component starts failing and one when it
 // recovers, and reports the outage on the health status in between.
 func (p *Projector) retry(ctx context.Context, component string, op func(context.Context) error) error {
 	var failingSince time.Time
@@ -551,42 +606,44 @@ func (p *Projector) retry(ctx context.Context, component string, op func(context
 			return err
 		}
 		kind := KindOf(err)
-		if store := StoreOf(err); store != "" {
+		store, limit := StoreOf(err), LimitOf(err)
+		if store != "" {
 			p.m.storeErrors.WithLabelValues(store, kind.String()).Inc()
 		}
-		if kind == Rejected {
+		if kind == Limit {
+			p.m.limitErrors.WithLabelValues(store, limit).Inc()
+		}
+		if _, ok := errors.AsType[*PermanentError](err); ok || kind == Rejected {
 			return err
 		}
 		if failingSince.IsZero() {
 			failingSince = time.Now()
 		}
-		if p.d.Health.Fail(component, kind.String()+" failure: "+err.Error()) {
+		problem := kind.String() + " failure: " + err.Error()
+		if kind == Limit {
+			problem = "limit " + limit + " reached (a limit of the store, not of a record): " + err.Error()
+		}
+		slow := kind == Fatal || kind == Limit
+		if p.d.Health.Fail(component, problem) {
 			level := zap.WarnLevel
-			if kind == Fatal {
+			if slow {
 				level = zap.ErrorLevel
 			}
-			p.log.Log(level, "failing; retrying with backoff until it recovers", zap.String("component", component), zap.String("kind", kind.String()), zap.Error(err))
+			fields := []zap.Field{zap.String("component", component), zap.String("kind", kind.String()), zap.Error(err)}
+			if kind == Limit {
+				fields = append(fields, zap.String("limit", limit))
+			}
+			p.log.Log(level, "failing; retrying with backoff until it recovers", fields...)
 		}
-		delay := p.backoff(attempt)
-		if kind == Fatal {
-			delay = p.cfg.RetryMax
+		policy := retry.Policy{Min: p.cfg.RetryMin, Max: p.cfg.RetryMax}
+		delay := policy.Delay(attempt)
+		if slow {
+			delay = policy.Slow()
 		}
-		select {
-		case <-ctx.Done():
+		if retry.Sleep(ctx, delay) != nil {
 			return err
-		case <-time.After(delay):
 		}
 	}
-}
-
-// backoff is capped exponential with equal jitter: half fixed, half random,
-// so many partitions retrying at once spread out.
-func (p *Projector) backoff(attempt int) time.Duration {
-	d := p.cfg.RetryMin << min(attempt, 20)
-	if d > p.cfg.RetryMax || d <= 0 {
-		d = p.cfg.RetryMax
-	}
-	return d/2 + rand.N(d/2+1)
 }
 
 func header(r *kgo.Record, key string) string {

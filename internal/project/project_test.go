@@ -116,15 +116,21 @@ func (m memRelational) Apply(_ context.Context, w *Write, l []LedgerEntry) error
 	return m.apply(w, l)
 }
 
-// memLetters records dead letters.
+// memLetters records dead letters, or fails with err.
 type memLetters struct {
 	mu      sync.Mutex
 	letters []DeadLetter
+	err     error
+	sends   int
 }
 
 func (m *memLetters) Send(_ context.Context, l []DeadLetter) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.sends++
+	if m.err != nil {
+		return m.err
+	}
 	m.letters = append(m.letters, l...)
 	return nil
 }
@@ -292,6 +298,92 @@ func TestFenceMismatchPolicies(t *testing.T) {
 				if len(f.letters.reasons()) != 0 {
 					t.Errorf("dead letters = %v, want none under halt", f.letters.reasons())
 				}
+			}
+		})
+	}
+}
+
+func TestRefusedDeadLetterHaltsThePartition(t *testing.T) {
+	f := newFixture(t, Config{})
+	f.letters.err = &PermanentError{Err: errors.New("MESSAGE_TOO_LARGE: The request included a message larger than the max message size the server will accept")}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := f.p.Handle(ctx, []*kgo.Record{rec(0, "a", upsert("a", 1)), rec(1, "bad", "not json")})
+	halt, ok := errors.AsType[*HaltError](err)
+	if !ok || halt.Reason != HaltDeadLetterRefused {
+		t.Fatalf("Handle = %v, want a HaltError with reason %s", err, HaltDeadLetterRefused)
+	}
+	if ctx.Err() != nil || f.letters.sends != 1 {
+		t.Errorf("sends = %d (context %v), want 1: a permanent refusal is not retried", f.letters.sends, ctx.Err())
+	}
+}
+
+func TestLimitIsNotBlamedOnRecords(t *testing.T) {
+	f := newFixture(t, Config{})
+	limited := true
+	f.index.fail = func(*Write) error {
+		if limited {
+			return &StoreError{Store: StoreIndex, Kind: Limit, LimitName: "upsert_max_batchsize", Err: errors.New(`Bad request: Limit exceeded 3 > 2 for "upsert limit"`)}
+		}
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	recs := []*kgo.Record{rec(0, "a", upsert("a", 1)), rec(1, "b", upsert("b", 1))}
+	if err := f.p.Handle(ctx, recs); err == nil {
+		t.Fatal("Handle succeeded against an index over its limit, want an error")
+	}
+	if got := f.letters.reasons(); len(got) != 0 {
+		t.Errorf("dead letters = %v, want none: the limit is the collection's", got)
+	}
+	if got := testutil.ToFloat64(f.p.m.limitErrors.WithLabelValues(StoreIndex, "upsert_max_batchsize")); got < 1 {
+		t.Errorf("projector_store_limit_errors_total{index,upsert_max_batchsize} = %v, want at least 1", got)
+	}
+	if p := f.health.Problems(); len(p) != 1 || !strings.Contains(p[0], "limit upsert_max_batchsize reached") {
+		t.Errorf("problems = %v, want the index's limit by name", p)
+	}
+	limited = false
+	if err := f.p.Handle(context.Background(), recs); err != nil {
+		t.Fatalf("Handle after the limit was lifted: %v", err)
+	}
+	if len(f.rel.ledger) != 2 || len(f.letters.reasons()) != 0 {
+		t.Errorf("ledger %d rows, letters %v; want 2 rows and no letter", len(f.rel.ledger), f.letters.reasons())
+	}
+}
+
+// TestBatchSplitByBytes writes a batch of large records in parts bounded in
+// bytes, so no store request grows with the records' size.
+func TestBatchSplitByBytes(t *testing.T) {
+	big := strings.Repeat("x", 3000)
+	bigDoc := func(key string) string {
+		return `{"document_key":"` + key + `","version":1,"chunks":[{"text":"` + big + `"}]}`
+	}
+	tests := []struct {
+		name     string
+		maxBytes int
+		keys     []string
+		// wantWrites is the index writes: one per part.
+		wantWrites int
+	}{
+		{"all in one part", 1 << 20, []string{"a", "b", "c", "d"}, 1},
+		{"two records a part", 2*(3100+16) + 100, []string{"a", "b", "c", "d"}, 2},
+		{"a record over the bound alone", 100, []string{"a", "b", "c"}, 3},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, Config{MaxBatchBytes: tt.maxBytes})
+			var recs []*kgo.Record
+			for i, k := range tt.keys {
+				recs = append(recs, rec(int64(i), k, bigDoc(k)))
+			}
+			if err := f.p.Handle(context.Background(), recs); err != nil {
+				t.Fatal(err)
+			}
+			if f.index.writes != tt.wantWrites {
+				t.Errorf("index writes = %d, want %d", f.index.writes, tt.wantWrites)
+			}
+			if len(f.rel.ledger) != len(tt.keys) {
+				t.Errorf("ledger rows = %d, want %d", len(f.rel.ledger), len(tt.keys))
 			}
 		})
 	}

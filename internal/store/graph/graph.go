@@ -276,41 +276,70 @@ func jsonOrNil(m map[string]any) (any, error) {
 }
 
 // classify wraps a Neo4j error as a project.StoreError whose kind says
-// whether retrying can help. ctx is the failed call's: once it has ended,
-// the error also says so in Go's terms.
+// whether retrying can help and whether a record is to blame (see
+// docs/operations.md, "Store errors"). ctx is the failed call's: once it
+// has ended, the error also says so in Go's terms.
 func classify(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
 	err = project.WithContextErr(ctx, err)
-	kind := project.Transient
+	kind, limit := project.Transient, ""
 	var n4j *neo4j.Neo4jError
 	var auth *neo4j.InvalidAuthenticationError
+	var gaveUp *neo4j.TransactionExecutionLimit
 	switch {
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 	case errors.As(err, &auth), certificateRejected(err):
 		kind = project.Fatal
 	case errors.As(err, &n4j):
-		kind = kindOfCode(n4j.Code)
+		kind, limit = kindOfCode(n4j.Code)
+	case errors.As(err, &gaveUp) && len(gaveUp.Errors) > 0:
+		// The driver retried a transient error until its retry time ran
+		// out; the last one says what it was, but the driver's error does
+		// not unwrap to it.
+		if errors.As(gaveUp.Errors[len(gaveUp.Errors)-1], &n4j) {
+			kind, limit = kindOfCode(n4j.Code)
+		}
 	case neo4j.IsRetryable(err):
 	}
-	return &project.StoreError{Store: project.StoreGraph, Kind: kind, Err: err}
+	return &project.StoreError{Store: project.StoreGraph, Kind: kind, LimitName: limit, Err: err}
+}
+
+// neo4jLimits are the Neo4j status codes of a limit of the server, not of
+// a record, with the setting that sets the limit: a batch over it fails
+// the same way however often it is retried, and every record of it would
+// pass alone.
+var neo4jLimits = map[string]string{
+	"Neo.TransientError.General.MemoryPoolOutOfMemoryError":              "dbms.memory.transaction.total.max",
+	"Neo.TransientError.General.TransactionMemoryLimit":                  "db.memory.transaction.max",
+	"Neo.ClientError.Transaction.TransactionTimedOut":                    "db.transaction.timeout",
+	"Neo.ClientError.Transaction.TransactionTimedOutClientConfiguration": "db.transaction.timeout",
 }
 
 // kindOfCode maps a Neo4j status code (Neo.<Classification>.<Category>.<Title>)
-// to what the projector should do about it.
-func kindOfCode(code string) project.ErrorKind {
+// to what the projector should do about it, and names the limit of a
+// Limit. The projector's statements are constant and their parameters are
+// checked, so a statement error is a record's only where it can come from
+// a value (a type or argument the value breaks, a constraint); a missing
+// parameter or a syntax error is the projector's own, and fatal.
+func kindOfCode(code string) (project.ErrorKind, string) {
+	if limit, ok := neo4jLimits[code]; ok {
+		return project.Limit, limit
+	}
 	switch {
 	case strings.HasPrefix(code, "Neo.TransientError."):
-		return project.Transient
+		return project.Transient, ""
 	case strings.HasPrefix(code, "Neo.ClientError.Security."),
 		strings.HasPrefix(code, "Neo.ClientError.Database."),
 		strings.HasPrefix(code, "Neo.ClientError.Statement.SyntaxError"),
-		strings.HasPrefix(code, "Neo.ClientError.Procedure."):
-		return project.Fatal
+		strings.HasPrefix(code, "Neo.ClientError.Statement.ParameterMissing"),
+		strings.HasPrefix(code, "Neo.ClientError.Procedure."),
+		code == "Neo.ClientError.General.ForbiddenOnReadOnlyDatabase":
+		return project.Fatal, ""
 	case strings.HasPrefix(code, "Neo.ClientError.Schema.ConstraintValidationFailed"),
 		strings.HasPrefix(code, "Neo.ClientError.Statement."):
-		return project.Rejected
+		return project.Rejected, ""
 	}
-	return project.Transient
+	return project.Transient, ""
 }

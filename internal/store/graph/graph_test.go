@@ -100,20 +100,42 @@ func TestIDsNeedTheRelationship(t *testing.T) {
 	}
 }
 
-func TestKindOfCode(t *testing.T) {
-	tests := map[string]project.ErrorKind{
-		"Neo.TransientError.Transaction.DeadlockDetected":   project.Transient,
-		"Neo.ClientError.Security.Unauthorized":             project.Fatal,
-		"Neo.ClientError.Database.DatabaseNotFound":         project.Fatal,
-		"Neo.ClientError.Schema.ConstraintValidationFailed": project.Rejected,
-		"Neo.ClientError.Statement.TypeError":               project.Rejected,
-		"Neo.ClientError.Statement.SyntaxError":             project.Fatal,
-		"Neo.DatabaseError.General.UnknownError":            project.Transient,
+// TestClassify maps errors with the codes and messages Neo4j 5 sends,
+// captured from the real server, to what the projector does.
+func TestClassify(t *testing.T) {
+	n4j := func(code, msg string) error { return &neo4j.Neo4jError{Code: code, Msg: msg} }
+	memory := n4j("Neo.TransientError.General.MemoryPoolOutOfMemoryError",
+		"The allocation of an extra 26.0 MiB would use more than the limit 716.8 MiB. Currently using 711.5 MiB. dbms.memory.transaction.total.max threshold reached")
+	tests := []struct {
+		name  string
+		err   error
+		want  project.ErrorKind
+		limit string
+	}{
+		{"deadlock", n4j("Neo.TransientError.Transaction.DeadlockDetected", "ForsetiClient can't acquire ExclusiveLock"), project.Transient, ""},
+		{"unauthorized", n4j("Neo.ClientError.Security.Unauthorized", "The client is unauthorized due to authentication failure."), project.Fatal, ""},
+		{"no database", n4j("Neo.ClientError.Database.DatabaseNotFound", "Database does not exist. Database name: 'x'."), project.Fatal, ""},
+		{"constraint", n4j("Neo.ClientError.Schema.ConstraintValidationFailed", "Node(1) already exists with label `Chunk` and property `id` = 'x'"), project.Rejected, ""},
+		{"a value's type", n4j("Neo.ClientError.Statement.TypeError", "Property values can only be of primitive types or arrays thereof. Encountered: Map{a -> Long(1)}."), project.Rejected, ""},
+		{"syntax", n4j("Neo.ClientError.Statement.SyntaxError", "Invalid input 'RETRN': expected 'FOREACH', 'ALTER'"), project.Fatal, ""},
+		{"missing parameter", n4j("Neo.ClientError.Statement.ParameterMissing", "Expected parameter(s): missing"), project.Fatal, ""},
+		{"memory limit", memory, project.Limit, "dbms.memory.transaction.total.max"},
+		{"memory limit after the driver's retries", fmt.Errorf("write batch: %w", &neo4j.TransactionExecutionLimit{
+			Cause: "timeout (exceeded max retry time: 30s)", Errors: []error{memory, memory, memory, memory, memory}}), project.Limit, "dbms.memory.transaction.total.max"},
+		{"transaction timeout", n4j("Neo.ClientError.Transaction.TransactionTimedOutClientConfiguration",
+			"The transaction has been terminated. Retry your operation in a new transaction, and you should see a successful result. The transaction has not completed within the timeout specified at its start by the client."), project.Limit, "db.transaction.timeout"},
+		{"unknown", n4j("Neo.DatabaseError.General.UnknownError", "x"), project.Transient, ""},
 	}
-	for code, want := range tests {
-		if got := kindOfCode(code); got != want {
-			t.Errorf("kindOfCode(%s) = %s, want %s", code, got, want)
-		}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := classify(context.Background(), tt.err)
+			if got := project.KindOf(err); got != tt.want {
+				t.Errorf("kind = %s, want %s", got, tt.want)
+			}
+			if got := project.LimitOf(err); got != tt.limit {
+				t.Errorf("limit = %q, want %q", got, tt.limit)
+			}
+		})
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -20,6 +21,7 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/projector/projector/internal/project"
 )
@@ -37,6 +39,12 @@ type Config struct {
 	Dim int
 	// UpsertBatch bounds the points of one upsert call.
 	UpsertBatch int
+	// UpsertMaxBytes bounds the encoded size of one upsert call. A
+	// document's title and metadata are copied into every point's
+	// payload, so a few large records can make a request of any size; it
+	// is cut by this bound instead. A point larger than the bound on its
+	// own is refused as its record's fault.
+	UpsertMaxBytes int
 	// UpsertConcurrency bounds the upsert calls of one Apply in flight at
 	// once: the server applies them in parallel, and the points built
 	// but not yet acknowledged stay under UpsertConcurrency × UpsertBatch.
@@ -47,6 +55,14 @@ type Config struct {
 	// while the server has cores to spare.
 	Shards int
 }
+
+// DefaultUpsertMaxBytes is Config.UpsertMaxBytes unless configured: a
+// quarter of the 32 MiB gRPC message Qdrant accepts by default.
+const DefaultUpsertMaxBytes = 8 << 20
+
+// upsertOverhead bounds what an upsert request adds to its points: the
+// collection name, flags and a few bytes per point for the field tags.
+const upsertOverhead = 1024
 
 // Store is the Qdrant adapter. It is safe for concurrent use.
 type Store struct {
@@ -72,6 +88,9 @@ func Open(cfg Config) (*Store, error) {
 	}
 	if cfg.UpsertConcurrency <= 0 {
 		cfg.UpsertConcurrency = 4
+	}
+	if cfg.UpsertMaxBytes <= 0 {
+		cfg.UpsertMaxBytes = DefaultUpsertMaxBytes
 	}
 	client, err := qdrant.NewClient(&qdrant.Config{
 		Host: host, Port: port, APIKey: cfg.APIKey, UseTLS: cfg.TLS != nil, TLSConfig: cfg.TLS,
@@ -186,12 +205,14 @@ func (s *Store) upsert(ctx context.Context, w *project.Write) ([]*qdrant.PointId
 	g.SetLimit(s.cfg.UpsertConcurrency)
 	var keep []*qdrant.PointId
 	points := make([]*qdrant.PointStruct, 0, s.cfg.UpsertBatch)
+	size := upsertOverhead + len(s.cfg.Collection)
 	flush := func() {
 		if len(points) == 0 {
 			return
 		}
 		call := &qdrant.UpsertPoints{CollectionName: s.cfg.Collection, Points: points, Wait: qdrant.PtrOf(true)}
 		points = make([]*qdrant.PointStruct, 0, s.cfg.UpsertBatch)
+		size = upsertOverhead + len(s.cfg.Collection)
 		g.Go(func() error {
 			if _, err := s.client.Upsert(gctx, call); err != nil {
 				return classify(ctx, fmt.Errorf("upsert points: %w", err))
@@ -207,28 +228,49 @@ func (s *Store) upsert(ctx context.Context, w *project.Write) ([]*qdrant.PointId
 		}
 		for _, c := range d.Chunks {
 			p, err := shared.point(&c)
+			var n int
+			if err == nil {
+				n, err = s.pointSize(p, &c)
+			}
 			if err != nil {
 				_ = g.Wait()
 				return nil, err
 			}
+			if len(points) > 0 && size+n > s.cfg.UpsertMaxBytes {
+				flush()
+			}
 			keep = append(keep, p.Id)
 			points = append(points, p)
+			size += n
 			if len(points) == s.cfg.UpsertBatch {
 				flush()
-				if gctx.Err() != nil {
-					// An upsert failed or ctx ended: building more is
-					// pointless, and keep is incomplete.
-					err := g.Wait()
-					if err == nil {
-						err = classify(ctx, fmt.Errorf("upsert points: %w", context.Cause(gctx)))
-					}
-					return nil, err
+			}
+			if gctx.Err() != nil {
+				// An upsert failed or ctx ended: building more is
+				// pointless, and keep is incomplete.
+				err := g.Wait()
+				if err == nil {
+					err = classify(ctx, fmt.Errorf("upsert points: %w", context.Cause(gctx)))
 				}
+				return nil, err
 			}
 		}
 	}
 	flush()
 	return keep, g.Wait()
+}
+
+// pointSize returns the bytes p adds to an upsert request, and refuses a
+// point that would make a request over UpsertMaxBytes on its own: its
+// record's chunk, title and metadata are too large together, whatever the
+// batch.
+func (s *Store) pointSize(p *qdrant.PointStruct, c *project.Chunk) (int, error) {
+	n := proto.Size(p) + 8 // with the field's tag and length
+	if n+upsertOverhead+len(s.cfg.Collection) > s.cfg.UpsertMaxBytes {
+		return 0, &project.StoreError{Store: project.StoreIndex, Kind: project.Rejected, Err: fmt.Errorf(
+			"point of chunk %s has %d bytes (text, title and metadata), over the %d bytes of one upsert (--qdrant-upsert-max-bytes)", c.ID, n, s.cfg.UpsertMaxBytes)}
+	}
+	return n, nil
 }
 
 // documentPayload holds the payload values that every chunk of a document
@@ -382,41 +424,89 @@ func (s *Store) Scroll(ctx context.Context, filter *qdrant.Filter, fields []stri
 }
 
 // classify wraps a Qdrant error as a project.StoreError whose kind says
-// whether retrying can help. ctx is the failed call's: gRPC reports a call
-// its context cut short as a status, so the error also says, in Go's terms,
-// that ctx ended.
+// whether retrying can help and whether a record is to blame (see
+// docs/operations.md, "Store errors"). ctx is the failed call's: gRPC
+// reports a call its context cut short as a status, so the error also
+// says, in Go's terms, that ctx ended.
 func classify(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
 	}
 	err = project.WithContextErr(ctx, err)
-	kind := project.Transient
+	kind, limit := project.Transient, ""
 	switch {
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 	case certificateRejected(err):
 		kind = project.Fatal
 	default:
-		kind = kindOfCode(grpcCode(err))
+		kind, limit = kindOfStatus(grpcStatus(err))
 	}
-	return &project.StoreError{Store: project.StoreIndex, Kind: kind, Err: err}
+	return &project.StoreError{Store: project.StoreIndex, Kind: kind, LimitName: limit, Err: err}
 }
 
-// grpcCode finds the gRPC status in err's chain; the go-client wraps it.
-func grpcCode(err error) codes.Code {
+// grpcStatus finds the gRPC status in err's chain; the go-client wraps it.
+func grpcStatus(err error) *status.Status {
 	for e := err; e != nil; e = errors.Unwrap(e) {
 		if st, ok := status.FromError(e); ok {
-			return st.Code()
+			return st
 		}
 	}
-	return codes.Unknown
+	return status.New(codes.Unknown, err.Error())
 }
 
-func kindOfCode(c codes.Code) project.ErrorKind {
-	switch c {
+// grpcCode is the code of grpcStatus.
+func grpcCode(err error) codes.Code { return grpcStatus(err).Code() }
+
+// kindOfStatus maps what Qdrant answered to what the projector does, and
+// names the limit of a Limit. Qdrant answers InvalidArgument both for data
+// it cannot take ("Wrong input: ...", e.g. a vector of another dimension:
+// the record's fault) and for requests over a limit of the collection
+// ("Bad request: ...", strict mode: the collection's, never a record's);
+// ResourceExhausted is a rate limit or a gRPC message over the server's
+// size limit.
+func kindOfStatus(st *status.Status) (project.ErrorKind, string) {
+	msg := st.Message()
+	switch st.Code() {
 	case codes.InvalidArgument, codes.OutOfRange:
-		return project.Rejected
+		if strings.Contains(msg, "Wrong input:") {
+			return project.Rejected, ""
+		}
+		return project.Limit, limitName(msg)
+	case codes.ResourceExhausted:
+		return project.Limit, limitName(msg)
 	case codes.NotFound, codes.Unauthenticated, codes.PermissionDenied, codes.Unimplemented, codes.FailedPrecondition:
-		return project.Fatal
+		return project.Fatal, ""
 	}
-	return project.Transient
+	if strings.Contains(msg, "Rate limiting exceeded") {
+		// A filtered delete over the write rate limit comes back as
+		// Unknown with the limit in the message.
+		return project.Limit, limitName(msg)
+	}
+	return project.Transient, ""
+}
+
+// qdrantLimits name Qdrant's limits by a phrase of its error message; the
+// names are strict mode's parameters, which is where an operator lifts
+// them.
+var qdrantLimits = []struct{ phrase, name string }{
+	{`"upsert limit"`, "upsert_max_batchsize"},
+	{"Condition size limit", "condition_max_size"},
+	{"Filter condition limit", "filter_max_conditions"},
+	{"Write rate limit", "write_rate_limit"},
+	{"Read rate limit", "read_rate_limit"},
+	{"points count", "max_points_count"},
+	{"payload size", "max_collection_payload_size_bytes"},
+	{"vector size", "max_collection_vector_size_bytes"},
+	{"payload index", "max_payload_index_count"},
+	{"larger than max", "max_request_size"},
+}
+
+// limitName names the limit an error message is about.
+func limitName(msg string) string {
+	for _, l := range qdrantLimits {
+		if strings.Contains(msg, l.phrase) {
+			return l.name
+		}
+	}
+	return "qdrant_limit"
 }

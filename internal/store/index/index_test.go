@@ -4,12 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/qdrant/go-client/qdrant"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/projector/projector/internal/project"
 	"github.com/projector/projector/internal/store/storetest"
@@ -89,22 +95,103 @@ func TestPayload(t *testing.T) {
 	}
 }
 
+// TestClassify maps errors as Qdrant 1.17.1 sends them, captured from the
+// real server through the go-client (which prefixes the call and the
+// collection), to what the projector does.
 func TestClassify(t *testing.T) {
+	const prefix = "Upsert() failed: chunks: rpc error: code = "
 	tests := []struct {
-		err  error
-		want project.ErrorKind
+		err   error
+		want  project.ErrorKind
+		limit string
 	}{
-		{status.Error(codes.Unavailable, "down"), project.Transient},
-		{fmt.Errorf("upsert: %w", status.Error(codes.InvalidArgument, "Wrong input: Vector dimension error")), project.Rejected},
-		{status.Error(codes.NotFound, "Not found: Collection"), project.Fatal},
-		{status.Error(codes.Unauthenticated, "Invalid API key"), project.Fatal},
-		{context.DeadlineExceeded, project.Transient},
-		{errors.New("something"), project.Transient},
+		{status.Error(codes.Unavailable, "down"), project.Transient, ""},
+		{fmt.Errorf("upsert: %w", status.Error(codes.InvalidArgument, prefix+"InvalidArgument desc = Wrong input: Vector dimension error: expected dim: 4, got 3")), project.Rejected, ""},
+		{status.Error(codes.InvalidArgument, prefix+`InvalidArgument desc = Bad request: Limit exceeded 3 > 2 for "upsert limit". Help: Reduce the "upsert limit" parameter to or below 2.`), project.Limit, "upsert_max_batchsize"},
+		{status.Error(codes.InvalidArgument, "Delete() failed: chunks: rpc error: code = InvalidArgument desc = Bad request: Condition size limit reached (3 > 1). Help: Reduce the size of your condition."), project.Limit, "condition_max_size"},
+		{status.Error(codes.InvalidArgument, "Delete() failed: chunks: rpc error: code = InvalidArgument desc = Bad request: Filter condition limit reached (2 > 1). Help: Reduce the amount of conditions of your filter."), project.Limit, "filter_max_conditions"},
+		{status.Error(codes.ResourceExhausted, prefix+"ResourceExhausted desc = Rate limiting exceeded: Write rate limit exceeded, request larger than rate limiter capacity, please try to split your request"), project.Limit, "write_rate_limit"},
+		{status.Error(codes.Unknown, "Delete() failed: chunks: ResourceExhausted: Rate limiting exceeded: Write rate limit exceeded: Operation requires 1 tokens but only 0.0 were available. Retry after 60s, retry after 60 seconds"), project.Limit, "write_rate_limit"},
+		{status.Error(codes.ResourceExhausted, "grpc: received message larger than max (40000000 vs. 33554432)"), project.Limit, "max_request_size"},
+		{status.Error(codes.InvalidArgument, "Bad request: something new"), project.Limit, "qdrant_limit"},
+		{status.Error(codes.NotFound, prefix+"NotFound desc = Not found: Collection `chunks` doesn't exist!"), project.Fatal, ""},
+		{status.Error(codes.Unauthenticated, "Invalid API key"), project.Fatal, ""},
+		{context.DeadlineExceeded, project.Transient, ""},
+		{errors.New("something"), project.Transient, ""},
 	}
 	for _, tt := range tests {
-		if got := project.KindOf(classify(context.Background(), tt.err)); got != tt.want {
+		err := classify(context.Background(), tt.err)
+		if got := project.KindOf(err); got != tt.want {
 			t.Errorf("kind of %v = %s, want %s", tt.err, got, tt.want)
 		}
+		if got := project.LimitOf(err); got != tt.limit {
+			t.Errorf("limit of %v = %q, want %q", tt.err, got, tt.limit)
+		}
+	}
+}
+
+// TestUpsertBoundedInBytes writes documents whose points are large (the
+// title is copied into every payload) and checks every upsert request the
+// server receives against UpsertMaxBytes, and that a point over it alone is
+// its record's fault.
+func TestUpsertBoundedInBytes(t *testing.T) {
+	const maxBytes = 64 << 10
+	s := openTest(t, storetest.Dim)
+	var sizes []int
+	var mu sync.Mutex
+	count := func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if u, ok := req.(*qdrant.UpsertPoints); ok {
+			mu.Lock()
+			sizes = append(sizes, proto.Size(u))
+			mu.Unlock()
+		}
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	host, port, _ := net.SplitHostPort(s.cfg.Addr)
+	portN, _ := strconv.Atoi(port)
+	client, err := qdrant.NewClient(&qdrant.Config{Host: host, Port: portN, SkipCompatibilityCheck: true,
+		GrpcOptions: []grpc.DialOption{grpc.WithUnaryInterceptor(count)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	cfg := s.cfg
+	cfg.UpsertBatch, cfg.UpsertMaxBytes = 1000, maxBytes
+	bounded := &Store{client: client, cfg: cfg}
+
+	tests := []struct {
+		name      string
+		title     int // bytes of the title, copied into every point
+		chunks    int
+		wantCalls int
+		rejected  bool
+	}{
+		{"small points, one call", 10, 20, 1, false},
+		{"large points, split", 10 << 10, 20, 4, false},
+		{"a point over the bound", 70 << 10, 1, 0, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sizes = nil
+			texts := make([]string, tt.chunks)
+			for i := range texts {
+				texts[i] = "chunk " + strconv.Itoa(i)
+			}
+			doc := storetest.Doc("b-"+strconv.Itoa(tt.title), 1, texts...)
+			doc.Title = strings.Repeat("t", tt.title)
+			err := bounded.Apply(context.Background(), &project.Write{Live: []project.Document{doc}})
+			if got := project.KindOf(err) == project.Rejected && err != nil; got != tt.rejected {
+				t.Fatalf("Apply = %v, rejected %v, want rejected %v", err, got, tt.rejected)
+			}
+			if len(sizes) != tt.wantCalls {
+				t.Errorf("upsert calls = %d (%v bytes), want %d", len(sizes), sizes, tt.wantCalls)
+			}
+			for _, n := range sizes {
+				if n > maxBytes {
+					t.Errorf("an upsert request has %d bytes, want at most %d", n, maxBytes)
+				}
+			}
+		})
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -256,36 +257,59 @@ func DecodeVector(b []byte) ([]float32, error) {
 }
 
 // classify wraps a PostgreSQL error as a project.StoreError whose kind says
-// whether retrying can help.
+// whether retrying can help and whether a record is to blame (see
+// docs/operations.md, "Store errors").
 func classify(err error) error {
 	if err == nil {
 		return nil
 	}
-	kind := project.Transient
+	kind, limit := project.Transient, ""
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded):
 	case certificateRejected(err):
 		kind = project.Fatal
+	case errors.As(err, &pgErr) && pgErr.Code == "57014" && !strings.Contains(pgErr.Message, "statement timeout"):
+		// A statement cancelled on request (the call's context ended, an
+		// operator's pg_cancel_backend) is not the timeout's limit.
 	case errors.As(err, &pgErr):
-		kind = kindOfCode(pgErr.Code)
+		kind, limit = kindOfCode(pgErr.Code)
 	case pgconn.SafeToRetry(err):
 	}
-	return &project.StoreError{Store: project.StoreRelational, Kind: kind, Err: err}
+	return &project.StoreError{Store: project.StoreRelational, Kind: kind, LimitName: limit, Err: err}
 }
 
-// kindOfCode maps a SQLSTATE to what the projector should do about it.
-func kindOfCode(code string) project.ErrorKind {
+// postgresLimits are the SQLSTATEs of a limit of the server or of the
+// request, not of a record, named as PostgreSQL names the condition: a
+// batch over them fails again when retried, and blaming its records would
+// dead-letter good ones.
+var postgresLimits = map[string]string{
+	"53000": "insufficient_resources",
+	"53100": "disk_full",
+	"53200": "out_of_memory",
+	"53300": "too_many_connections",
+	"53400": "configuration_limit_exceeded",
+	"54011": "too_many_columns",
+	"54023": "too_many_arguments",
+	"57014": "statement_timeout",
+}
+
+// kindOfCode maps a SQLSTATE to what the projector should do about it, and
+// names the limit of a Limit.
+func kindOfCode(code string) (project.ErrorKind, string) {
+	if limit, ok := postgresLimits[code]; ok {
+		return project.Limit, limit
+	}
 	if len(code) < 2 {
-		return project.Transient
+		return project.Transient, ""
 	}
 	switch code[:2] {
-	case "22", "23", "54": // data exception, integrity violation, program limit
-		return project.Rejected
+	case "22", "23", "54": // data exception, integrity violation, a value over a program limit (an index row, a string's length)
+		return project.Rejected, ""
 	case "28", "42", "3D", "3F": // authorization, syntax or access, missing database or schema
-		return project.Fatal
+		return project.Fatal, ""
 	}
-	return project.Transient // 08 connection, 40 serialization and deadlock, 53 resources, 57 shutdown
+	return project.Transient, "" // 08 connection, 40 serialization and deadlock, 57 shutdown
 }
 
 // ChunkIDs returns the chunk ids held per document.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/projector/projector/internal/project"
 	"github.com/projector/projector/internal/store/storetest"
@@ -177,15 +178,39 @@ func TestVectorRoundTrip(t *testing.T) {
 	}
 }
 
-func TestKindOfCode(t *testing.T) {
-	tests := map[string]project.ErrorKind{
-		"40001": project.Transient, "40P01": project.Transient, "08006": project.Transient, "57P01": project.Transient,
-		"22001": project.Rejected, "23505": project.Rejected, "54000": project.Rejected,
-		"28P01": project.Fatal, "42501": project.Fatal, "42P01": project.Fatal, "3D000": project.Fatal,
+// TestClassify maps errors with the SQLSTATEs and messages PostgreSQL
+// sends, captured from the real server, to what the projector does.
+func TestClassify(t *testing.T) {
+	tests := []struct {
+		code, msg string
+		want      project.ErrorKind
+		limit     string
+	}{
+		{"40001", "could not serialize access due to concurrent update", project.Transient, ""},
+		{"40P01", "deadlock detected", project.Transient, ""},
+		{"57P01", "terminating connection due to administrator command", project.Transient, ""},
+		{"22021", `invalid byte sequence for encoding "UTF8": 0x00`, project.Rejected, ""},
+		{"22P05", "unsupported Unicode escape sequence", project.Rejected, ""},
+		{"23505", `duplicate key value violates unique constraint "chunks_pkey"`, project.Rejected, ""},
+		{"54000", "index row requires 12816 bytes, maximum size is 8191", project.Rejected, ""},
+		{"54000", "requested length too large", project.Rejected, ""},
+		{"57014", "canceling statement due to statement timeout", project.Limit, "statement_timeout"},
+		{"57014", "canceling statement due to user request", project.Transient, ""},
+		{"53200", "out of memory", project.Limit, "out_of_memory"},
+		{"53100", `could not extend file "base/16384/16385": No space left on device`, project.Limit, "disk_full"},
+		{"53300", "sorry, too many clients already", project.Limit, "too_many_connections"},
+		{"28P01", `password authentication failed for user "projector"`, project.Fatal, ""},
+		{"42501", "permission denied for table chunks", project.Fatal, ""},
+		{"42P01", `relation "chunks" does not exist`, project.Fatal, ""},
+		{"3D000", `database "x" does not exist`, project.Fatal, ""},
 	}
-	for code, want := range tests {
-		if got := kindOfCode(code); got != want {
-			t.Errorf("kindOfCode(%s) = %s, want %s", code, got, want)
+	for _, tt := range tests {
+		err := classify(fmt.Errorf("write batch: %w", &pgconn.PgError{Code: tt.code, Message: tt.msg}))
+		if got := project.KindOf(err); got != tt.want {
+			t.Errorf("kind of %s %q = %s, want %s", tt.code, tt.msg, got, tt.want)
+		}
+		if got := project.LimitOf(err); got != tt.limit {
+			t.Errorf("limit of %s %q = %q, want %q", tt.code, tt.msg, got, tt.limit)
 		}
 	}
 }
