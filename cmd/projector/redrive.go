@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -77,6 +78,9 @@ func redriveCommand(ctx context.Context, args []string, e env) error {
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	cfg.Source = func(ctx context.Context, topic string, partition int32, offset int64) (*kgo.Record, error) {
+		return readAt(ctx, opts, topic, partition, offset)
+	}
 	list := func(r *kgo.Record) {
 		reason := ""
 		source := ""
@@ -103,7 +107,42 @@ func redriveCommand(ctx context.Context, args []string, e env) error {
 		verb, n = "would send", rep.Matched
 	}
 	fmt.Fprintf(e.stdout, "%s %d of %d dead letters read from %s to %s (group %s)\n", verb, n, rep.Scanned, cfg.DLQTopic, cfg.Topic, cfg.Group)
+	if rep.Skipped > 0 {
+		fmt.Fprintf(e.stdout, "skipped %d cut dead letters whose whole record is gone from the document topic (see the log)\n", rep.Skipped)
+	}
 	return err
+}
+
+// readAt reads the record at topic/partition/offset with a client of its
+// own, for a dead letter that was cut: an error when the topic no longer
+// keeps it (retention deleted it, or compaction).
+func readAt(ctx context.Context, opts []kgo.Opt, topic string, partition int32, offset int64) (*kgo.Record, error) {
+	ctx, cancel := context.WithTimeout(ctx, kafkaTimeout)
+	defer cancel()
+	cl, err := kgo.NewClient(append(opts, kgo.ClientID("projector-redrive-source"),
+		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {partition: kgo.NewOffset().At(offset)}}),
+		kgo.ConsumeResetOffset(kgo.NoResetOffset()))...)
+	if err != nil {
+		return nil, fmt.Errorf("kafka client: %w", err)
+	}
+	defer cl.Close()
+	for {
+		fetches := cl.PollFetches(ctx)
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		if err := fetches.Err(); err != nil {
+			return nil, err
+		}
+		for _, r := range fetches.Records() {
+			if r.Offset == offset {
+				return r, nil
+			}
+			if r.Offset > offset {
+				return nil, errors.New("the topic no longer holds that offset (compacted)")
+			}
+		}
+	}
 }
 
 // parseSelection checks the selection flags of redrive.

@@ -11,7 +11,9 @@
 // added, then commits the position it reached. A rerun of the same redrive
 // therefore sends nothing twice, unless it was killed between publishing and
 // committing: then it sends those records again, which the projector takes
-// as the redelivery it is.
+// as the redelivery it is. A dead letter cut to fit the dead-letter topic
+// (dlq.HeaderTruncated) is sent whole: its record is read again at its
+// source position, while the document topic keeps it.
 package redrive
 
 import (
@@ -73,17 +75,48 @@ func (s Selection) Match(r *kgo.Record) bool {
 // its headers without the projector's own (projector-error-*,
 // projector-source-* and an earlier projector-redriven-from), plus
 // HeaderRedrivenFrom. Correlation and other producers' headers are kept.
-func Original(r *kgo.Record, topic string) *kgo.Record {
-	headers := make([]kgo.RecordHeader, 0, len(r.Headers))
+func Original(r *kgo.Record, topic string) *kgo.Record { return original(r, topic, position(r)) }
+
+// position names where r is: topic/partition/offset.
+func position(r *kgo.Record) string {
+	return r.Topic + "/" + strconv.Itoa(int(r.Partition)) + "/" + strconv.FormatInt(r.Offset, 10)
+}
+
+// original is Original with from as HeaderRedrivenFrom.
+func original(r *kgo.Record, topic, from string) *kgo.Record {
+	headers := make([]kgo.RecordHeader, 0, len(r.Headers)+1)
 	for _, h := range r.Headers {
 		if strings.HasPrefix(h.Key, "projector-error-") || strings.HasPrefix(h.Key, "projector-source-") || h.Key == HeaderRedrivenFrom {
 			continue
 		}
 		headers = append(headers, h)
 	}
-	headers = append(headers, kgo.RecordHeader{Key: HeaderRedrivenFrom,
-		Value: []byte(r.Topic + "/" + strconv.Itoa(int(r.Partition)) + "/" + strconv.FormatInt(r.Offset, 10))})
+	headers = append(headers, kgo.RecordHeader{Key: HeaderRedrivenFrom, Value: []byte(from)})
 	return &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: headers}
+}
+
+// whole returns the record to send for the dead letter r: Original of r,
+// or, when r was cut, Original of the record read at r's source position
+// (its key, value and headers whole). A dry run reads nothing.
+func whole(ctx context.Context, cfg Config, r *kgo.Record) (*kgo.Record, error) {
+	if header(r, dlq.HeaderTruncated) == "" || cfg.DryRun {
+		return Original(r, cfg.Topic), nil
+	}
+	if cfg.Source == nil {
+		return nil, errors.New("no source to read cut dead letters from")
+	}
+	topic := header(r, dlq.HeaderSourceTopic)
+	partition, perr := strconv.ParseInt(header(r, dlq.HeaderSourcePartition), 10, 32)
+	offset, oerr := strconv.ParseInt(header(r, dlq.HeaderSourceOffset), 10, 64)
+	if topic == "" || perr != nil || oerr != nil {
+		return nil, fmt.Errorf("the dead letter has no valid source position (%s/%s/%s)",
+			topic, header(r, dlq.HeaderSourcePartition), header(r, dlq.HeaderSourceOffset))
+	}
+	src, err := cfg.Source(ctx, topic, int32(partition), offset)
+	if err != nil {
+		return nil, fmt.Errorf("read %s/%d/%d: %w", topic, partition, offset, err)
+	}
+	return original(src, cfg.Topic, position(r)), nil
 }
 
 func header(r *kgo.Record, key string) string {
@@ -110,13 +143,17 @@ type Config struct {
 	Batch int
 	// Progress is how often a long redrive logs how far it got.
 	Progress time.Duration
+	// Source reads the record at a position of the document topic, for
+	// dead letters that were cut (dlq.HeaderTruncated); nil skips them.
+	Source func(ctx context.Context, topic string, partition int32, offset int64) (*kgo.Record, error)
 }
 
 // Report says what a redrive did.
 type Report struct {
 	// Scanned records were read, Matched were selected, Sent were
-	// published (none in a dry run).
-	Scanned, Matched, Sent int64
+	// published (none in a dry run). Skipped were selected but cut, and
+	// their whole record could not be read at its source any more.
+	Scanned, Matched, Sent, Skipped int64
 }
 
 // Lister receives each selected dead letter of a dry run.
@@ -190,7 +227,14 @@ func Run(ctx context.Context, cl *kgo.Client, log *zap.Logger, cfg Config, list 
 				if cfg.DryRun && list != nil {
 					list(r)
 				}
-				batch = append(batch, Original(r, cfg.Topic))
+				out, err := whole(ctx, cfg, r)
+				if err != nil {
+					rep.Skipped++
+					log.Warn("a cut dead letter whose whole record is gone from its source; not sent", zap.Int32("partition", r.Partition),
+						zap.Int64("offset", r.Offset), zap.Error(err))
+				} else {
+					batch = append(batch, out)
+				}
 			}
 			reached.Add(kadm.Offset{Topic: r.Topic, Partition: r.Partition, At: r.Offset + 1, LeaderEpoch: -1})
 			if r.Offset+1 >= end[r.Partition] {
