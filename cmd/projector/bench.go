@@ -33,6 +33,10 @@ type benchFlags struct {
 	batchRecords   int
 	maxBatchChunks int
 	timeout        time.Duration
+	peerClasspath  string
+	peerBatchSize  int
+	peerLogDir     string
+	java           string
 }
 
 // register adds the flags to fs and returns the names of those the
@@ -58,6 +62,10 @@ func (f *benchFlags) register(fs *flag.FlagSet) map[string]bool {
 	fs.IntVar(&f.batchRecords, "batch-records", run.batchRecords, "records per batch, for the service (run --batch-records) and the ceiling's writes")
 	fs.IntVar(&f.maxBatchChunks, "max-batch-chunks", run.maxBatchChunks, "chunks per store write, for the service (run --max-batch-chunks) and the ceiling's writes")
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Minute, "longest one measurement of the service may take to drain the topic")
+	fs.StringVar(&f.peerClasspath, "peer-classpath", "", "also measure the Debezium JDBC sink on a standalone Kafka Connect worker, PostgreSQL only, with this Java class path (scripts/peer-bench.sh fetches it and sets it)")
+	fs.IntVar(&f.peerBatchSize, "peer-batch-size", 2000, "the JDBC sink's batch.size and its worker's max.poll.records")
+	fs.StringVar(&f.peerLogDir, "peer-log-dir", os.TempDir(), "where each run of the Connect worker leaves its log")
+	fs.StringVar(&f.java, "java", "java", "the java command that runs the Connect worker")
 	return forwarded
 }
 
@@ -104,6 +112,11 @@ func benchCommand(ctx context.Context, args []string, e env) error {
 	}
 	defer driver.Close(context.WithoutCancel(ctx))
 
+	var peer bench.PeerSink
+	if f.peerClasspath != "" {
+		peer = &connectSink{java: f.java, classpath: f.peerClasspath, brokers: f.kafka.brokers,
+			postgresDSN: f.stores.postgresDSN, batchSize: f.peerBatchSize, logDir: f.peerLogDir}
+	}
 	rep, err := bench.Run(ctx, bench.Config{
 		Documents: f.documents, Partitions: partitions, Seed: f.seed, Runs: f.runs,
 		SkipNaive: f.skipNaive, NaiveChunks: f.naiveChunks,
@@ -125,6 +138,7 @@ func benchCommand(ctx context.Context, args []string, e env) error {
 		Neo4j: driver, Neo4jDatabase: f.stores.neo4jDatabase,
 		Service:  bench.Service{Path: self, Env: serviceEnv(os.Environ(), fs, forwarded)},
 		Progress: e.stderr,
+		Peer:     peer,
 	})
 	if err != nil {
 		return err

@@ -84,6 +84,8 @@ type Deps struct {
 	Service Service
 	// Progress receives a line per measurement as it ends.
 	Progress io.Writer
+	// Peer, when set, is measured in every round after the service.
+	Peer PeerSink
 }
 
 // Run measures every partition count of cfg, cfg.Runs times, and returns
@@ -180,6 +182,14 @@ func (b *bench) round(ctx context.Context, run, p int) (Round, error) {
 		}
 		r.Naive = &m
 		b.progress(run, p, "naive projector", m)
+	}
+	if b.d.Peer != nil {
+		m, err := b.peer(ctx, label+"_peer", p)
+		if err != nil {
+			return r, fmt.Errorf("JDBC sink, %d partitions: %w", p, err)
+		}
+		r.Peer = &m
+		b.progress(run, p, "JDBC sink, PostgreSQL only", m)
 	}
 	return r, nil
 }

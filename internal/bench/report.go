@@ -44,6 +44,9 @@ type Round struct {
 	Ceiling, Count, IDs Measurement
 	// Naive is nil when skipped.
 	Naive *Measurement
+	// Peer is the JDBC sink writing the chunk rows into PostgreSQL alone;
+	// nil when not measured.
+	Peer *Measurement
 }
 
 // PartitionResult holds the rounds of one partition count.
@@ -65,6 +68,8 @@ type Ratios struct {
 	CountToCeiling, IDsToCeiling float64
 	// CountToNaive and IDsToNaive are 0 when the naive projector was skipped.
 	CountToNaive, IDsToNaive float64
+	// IDsToPeer is 0 when the peer sink was not measured.
+	IDsToPeer float64
 }
 
 // Ratios compares the round's measurements.
@@ -76,6 +81,9 @@ func (r Round) Ratios() Ratios {
 	if r.Naive != nil {
 		out.CountToNaive = r.Count.ChunksPerSecond() / r.Naive.ChunksPerSecond()
 		out.IDsToNaive = r.IDs.ChunksPerSecond() / r.Naive.ChunksPerSecond()
+	}
+	if r.Peer != nil {
+		out.IDsToPeer = r.IDs.ChunksPerSecond() / r.Peer.ChunksPerSecond()
 	}
 	return out
 }
@@ -127,6 +135,7 @@ func (rep *Report) Print(w io.Writer) error {
 		{"end-to-end, count fences", true, func(r Round) *Measurement { return &r.Count }},
 		{"end-to-end, id fences", true, func(r Round) *Measurement { return &r.IDs }},
 		{"naive (per chunk)", false, func(r Round) *Measurement { return r.Naive }},
+		{"JDBC sink, PostgreSQL only", false, func(r Round) *Measurement { return r.Peer }},
 	}
 	for _, p := range rep.Partitions {
 		for _, rw := range rows {
@@ -165,7 +174,7 @@ func (rep *Report) Print(w io.Writer) error {
 	fmt.Fprintln(w, "projector_embed_seconds_sum over projector_batch_seconds_sum), of the writers' time for the ceiling")
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "partitions\tcount / ceiling\tids / ceiling\tcount / naive\tids / naive\t")
+	fmt.Fprintln(tw, "partitions\tcount / ceiling\tids / ceiling\tcount / naive\tids / naive\tids / JDBC sink\t")
 	for _, p := range rep.Partitions {
 		ratio := func(f func(Ratios) float64) string {
 			of := func(r Round) float64 { return f(r.Ratios()) }
@@ -178,9 +187,10 @@ func (rep *Report) Print(w io.Writer) error {
 			}
 			return fmt.Sprintf("%.2f", v)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t\n", p.Partitions,
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t\n", p.Partitions,
 			ratio(func(r Ratios) float64 { return r.CountToCeiling }), ratio(func(r Ratios) float64 { return r.IDsToCeiling }),
-			ratio(func(r Ratios) float64 { return r.CountToNaive }), ratio(func(r Ratios) float64 { return r.IDsToNaive }))
+			ratio(func(r Ratios) float64 { return r.CountToNaive }), ratio(func(r Ratios) float64 { return r.IDsToNaive }),
+			ratio(func(r Ratios) float64 { return r.IDsToPeer }))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
