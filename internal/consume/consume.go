@@ -26,13 +26,15 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/projector/projector/internal/health"
+	"github.com/projector/projector/internal/project"
 )
 
-// Handler handles consecutive records of one partition. It returns nil only
+// Handler handles consecutive records of one partition of the topic whose
+// id is topicID (zero when the broker does not send it). It returns nil only
 // when every record is done and may be committed. A *project.HaltError
 // halts the partition; any other error abandons the batch uncommitted.
 type Handler interface {
-	Handle(ctx context.Context, recs []*kgo.Record) error
+	Handle(ctx context.Context, topicID project.TopicID, recs []*kgo.Record) error
 }
 
 // Config is the consumer's configuration.
@@ -205,18 +207,20 @@ func (c *Consumer) poll(ctx context.Context) error {
 			c.log.Warn("fetch error", zap.String("topic", topic), zap.Int32("partition", partition), zap.Error(err))
 			c.m.fetchErrors.Inc()
 		})
-		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
-			if fatal != nil || len(p.Records) == 0 {
-				return
+		fetches.EachTopic(func(t kgo.FetchTopic) {
+			for _, p := range t.Partitions {
+				if fatal != nil || len(p.Records) == 0 {
+					continue
+				}
+				w := c.workers[partitionKey{t.Topic, p.Partition}]
+				if w == nil {
+					// Cannot happen with BlockRebalanceOnPoll: assigned runs
+					// before fetching a partition starts.
+					fatal = fmt.Errorf("records for unassigned partition %s/%d", t.Topic, p.Partition)
+					return
+				}
+				w.enqueue(ctx, project.TopicID(t.TopicID), p.Records, p.HighWatermark)
 			}
-			w := c.workers[partitionKey{p.Topic, p.Partition}]
-			if w == nil {
-				// Cannot happen with BlockRebalanceOnPoll: assigned runs
-				// before fetching a partition starts.
-				fatal = fmt.Errorf("records for unassigned partition %s/%d", p.Topic, p.Partition)
-				return
-			}
-			w.enqueue(ctx, p.Records, p.HighWatermark)
 		})
 		c.cl.AllowRebalance()
 		if fatal != nil {

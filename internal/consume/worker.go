@@ -44,6 +44,7 @@ type worker struct {
 }
 
 type polled struct {
+	topicID  project.TopicID
 	recs     []*kgo.Record
 	received time.Time
 }
@@ -62,11 +63,11 @@ func newWorker(c *Consumer, topic string, partition int32) *worker {
 // enqueue hands a poll's records to the worker, blocking while the worker
 // is a batch behind; that back-pressure stops polling, so memory stays
 // bounded by configuration, not by the backlog.
-func (w *worker) enqueue(ctx context.Context, recs []*kgo.Record, highWatermark int64) {
+func (w *worker) enqueue(ctx context.Context, topicID project.TopicID, recs []*kgo.Record, highWatermark int64) {
 	if w.halted.Load() {
 		return // left uncommitted; fetching the partition is paused
 	}
-	p := polled{recs: recs, received: time.Now()}
+	p := polled{topicID: topicID, recs: recs, received: time.Now()}
 	w.mu.Lock()
 	w.pending = append(w.pending, p.received)
 	if w.next < 0 {
@@ -89,7 +90,7 @@ func (w *worker) run() {
 		case <-w.quit:
 			return
 		case p := <-w.queue:
-			if !w.handle(p.recs) {
+			if !w.handle(p.topicID, p.recs) {
 				return
 			}
 			w.popPending()
@@ -100,11 +101,11 @@ func (w *worker) run() {
 // handle hands recs to the Handler in batches of BatchRecords, committing
 // after each. It returns false when the worker must stop: it was told to
 // quit, the work context ended, or the partition halted.
-func (w *worker) handle(recs []*kgo.Record) bool {
+func (w *worker) handle(topicID project.TopicID, recs []*kgo.Record) bool {
 	for len(recs) > 0 {
 		n := min(len(recs), w.c.cfg.BatchRecords)
 		batch := recs[:n]
-		if err := w.c.handler.Handle(w.c.workCtx, batch); err != nil {
+		if err := w.c.handler.Handle(w.c.workCtx, topicID, batch); err != nil {
 			var halt *project.HaltError
 			if errors.As(err, &halt) {
 				w.halt(halt)

@@ -159,16 +159,18 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer, d Deps) *Projec
 }
 
 // Handle projects records, which are consecutive records of one partition
-// in offset order. It returns nil when every record is done: written to all
+// in offset order, of the topic whose id is topicID (zero when the broker
+// does not say). It returns nil when every record is done: written to all
 // three stores and fenced, found stale, or acknowledged by the dead-letter
 // topic; only then may the caller commit past them. Store failures are
 // retried until they pass or ctx ends, so an error means the batch was
 // abandoned (ctx ended) or the partition must halt (*HaltError).
-func (p *Projector) Handle(ctx context.Context, recs []*kgo.Record) error {
+func (p *Projector) Handle(ctx context.Context, topicID TopicID, recs []*kgo.Record) error {
 	start := time.Now()
 	items := make([]item, len(recs))
 	for i, r := range recs {
 		items[i].rec = r
+		items[i].pos = Position{Topic: r.Topic, TopicID: topicID, Partition: r.Partition, Offset: r.Offset}
 		ev, err := p.d.Decoder.Decode(r.Key, r.Value, header(r, "correlation-id"))
 		var bad *event.Error
 		if errors.As(err, &bad) {
@@ -289,12 +291,12 @@ func (p *Projector) buildWrite(ctx context.Context, pl *plan) (*Write, error) {
 	for _, key := range pl.order {
 		st := pl.docs[key]
 		if st.Withdrawn {
-			w.Withdrawn = append(w.Withdrawn, Withdrawal{Key: key, Version: st.Version})
+			w.Withdrawn = append(w.Withdrawn, Withdrawal{Key: key, Version: st.Version, Position: st.Position})
 			continue
 		}
 		ev := st.live
 		doc := Document{
-			Key: key, Version: st.Version, Title: ev.Title, Source: ev.Source,
+			Key: key, Version: st.Version, Position: st.Position, Title: ev.Title, Source: ev.Source,
 			Metadata: ev.Metadata, ContentHash: ev.ContentHash, CorrelationID: ev.CorrelationID,
 			Chunks: make([]Chunk, len(ev.Chunks)),
 		}

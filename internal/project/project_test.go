@@ -205,7 +205,7 @@ func TestTransientFailureIsRetried(t *testing.T) {
 		}
 		return nil
 	}
-	if err := f.p.Handle(context.Background(), []*kgo.Record{rec(0, "a", upsert("a", 1))}); err != nil {
+	if err := f.p.Handle(context.Background(), TopicID{}, []*kgo.Record{rec(0, "a", upsert("a", 1))}); err != nil {
 		t.Fatalf("Handle: %v", err)
 	}
 	if len(f.rel.chunks["a"]) != 2 || len(f.graph.chunks["a"]) != 2 {
@@ -233,7 +233,7 @@ func TestRejectedRecordIsIsolated(t *testing.T) {
 		return nil
 	}
 	recs := []*kgo.Record{rec(0, "a", upsert("a", 1)), rec(1, "poison", upsert("poison", 1)), rec(2, "b", upsert("b", 1))}
-	if err := f.p.Handle(context.Background(), recs); err != nil {
+	if err := f.p.Handle(context.Background(), TopicID{}, recs); err != nil {
 		t.Fatalf("Handle: %v", err)
 	}
 	if got, want := f.letters.reasons(), []string{"store_rejected:poison"}; !slices.Equal(got, want) {
@@ -253,7 +253,7 @@ func TestFatalFailureRetriesUntilStopped(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	err := f.p.Handle(ctx, []*kgo.Record{rec(0, "a", upsert("a", 1))})
+	err := f.p.Handle(ctx, TopicID{}, []*kgo.Record{rec(0, "a", upsert("a", 1))})
 	if err == nil {
 		t.Fatal("Handle succeeded against a store that always fails, want an error")
 	}
@@ -271,7 +271,7 @@ func TestFenceMismatchPolicies(t *testing.T) {
 			f := newFixture(t, Config{OnFenceMismatch: policy, FenceRetries: 2})
 			f.index.drop = "lost"
 			recs := []*kgo.Record{rec(0, "fine", upsert("fine", 1)), rec(1, "lost", upsert("lost", 1))}
-			err := f.p.Handle(context.Background(), recs)
+			err := f.p.Handle(context.Background(), TopicID{}, recs)
 			writes := f.index.writes
 			if writes != 3 {
 				t.Errorf("index writes = %d, want 3 (the batch, then 2 re-projections)", writes)

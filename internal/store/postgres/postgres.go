@@ -80,19 +80,29 @@ func (s *Store) Ping(ctx context.Context) error {
 // Pool exposes the pool to the reconcile and test code of this module.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
-// States returns the stored state of the given documents.
+// States returns the stored state of the given documents, with the
+// position of the event that last changed each (zero when unknown).
 func (s *Store) States(ctx context.Context, keys []string) (map[string]project.State, error) {
-	rows, err := s.pool.Query(ctx, `SELECT document_key, version, status, content_hash FROM documents WHERE document_key = ANY($1)`, keys)
+	rows, err := s.pool.Query(ctx, `
+SELECT document_key, version, status, content_hash,
+	coalesce(source_topic, ''), source_topic_id, coalesce(source_partition, 0), coalesce(source_offset, 0)
+FROM documents WHERE document_key = ANY($1)`, keys)
 	if err != nil {
 		return nil, classify(fmt.Errorf("read document states: %w", err))
 	}
 	out := make(map[string]project.State, len(keys))
 	var (
-		key, status, hash string
-		version           int64
+		key, status, hash, topic string
+		topicID                  *uuid.UUID
+		version, offset          int64
+		partition                int32
 	)
-	_, err = pgx.ForEachRow(rows, []any{&key, &version, &status, &hash}, func() error {
-		out[key] = project.State{Version: version, Withdrawn: status == statusWithdrawn, ContentHash: hash}
+	_, err = pgx.ForEachRow(rows, []any{&key, &version, &status, &hash, &topic, &topicID, &partition, &offset}, func() error {
+		pos := project.Position{Topic: topic, Partition: partition, Offset: offset}
+		if topicID != nil {
+			pos.TopicID = project.TopicID(*topicID)
+		}
+		out[key] = project.State{Version: version, Withdrawn: status == statusWithdrawn, ContentHash: hash, Position: pos}
 		return nil
 	})
 	if err != nil {
@@ -107,18 +117,32 @@ const (
 )
 
 // Rows only change when their content does: a redelivery or a replay leaves
-// every row, updated_at included, exactly as it was.
+// every row, updated_at included, exactly as it was. A row only moves
+// forward: to a higher version, or at the same version from live to
+// withdrawn or to a later offset of the same log, so a late write of a
+// member that lost its partition cannot take a document back.
 const upsertDocuments = `
-INSERT INTO documents AS d (document_key, version, status, content_hash, title, source, metadata, chunk_count, correlation_id)
-SELECT k, v, st, h, ti, so, NULLIF(md, '')::jsonb, n, c
-FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int[], $9::text[])
-	AS u(k, v, st, h, ti, so, md, n, c)
+INSERT INTO documents AS d (document_key, version, status, content_hash, title, source, metadata, chunk_count, correlation_id,
+	source_topic, source_topic_id, source_partition, source_offset)
+SELECT k, v, st, h, ti, so, NULLIF(md, '')::jsonb, n, c, tp, NULLIF(tid, '')::uuid, pa, po
+FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int[], $9::text[],
+	$10::text[], $11::text[], $12::int[], $13::bigint[])
+	AS u(k, v, st, h, ti, so, md, n, c, tp, tid, pa, po)
 ON CONFLICT (document_key) DO UPDATE SET
 	version = excluded.version, status = excluded.status, content_hash = excluded.content_hash,
 	title = excluded.title, source = excluded.source, metadata = excluded.metadata,
-	chunk_count = excluded.chunk_count, correlation_id = excluded.correlation_id, updated_at = now()
-WHERE (d.version, d.status, d.content_hash, d.title, d.source, d.metadata, d.chunk_count)
-	IS DISTINCT FROM (excluded.version, excluded.status, excluded.content_hash, excluded.title, excluded.source, excluded.metadata, excluded.chunk_count)`
+	chunk_count = excluded.chunk_count, correlation_id = excluded.correlation_id,
+	source_topic = excluded.source_topic, source_topic_id = excluded.source_topic_id,
+	source_partition = excluded.source_partition, source_offset = excluded.source_offset, updated_at = now()
+WHERE (excluded.version > d.version OR (excluded.version = d.version
+		AND NOT (d.status = 'withdrawn' AND excluded.status = 'live')
+		AND NOT (d.source_topic = excluded.source_topic AND d.source_partition = excluded.source_partition
+			AND (d.source_topic_id IS NULL OR excluded.source_topic_id IS NULL OR d.source_topic_id = excluded.source_topic_id)
+			AND excluded.source_offset < d.source_offset)))
+	AND (d.version, d.status, d.content_hash, d.title, d.source, d.metadata, d.chunk_count,
+		d.source_topic, d.source_topic_id, d.source_partition, d.source_offset)
+	IS DISTINCT FROM (excluded.version, excluded.status, excluded.content_hash, excluded.title, excluded.source, excluded.metadata, excluded.chunk_count,
+		excluded.source_topic, excluded.source_topic_id, excluded.source_partition, excluded.source_offset)`
 
 // createChunkStage creates the connection's staging table of chunk rows:
 // COPY fills it, then upsertChunks moves its rows into chunks. COPY sends
@@ -139,20 +163,30 @@ var (
 	chunkStageColumns = []string{"chunk_id", "document_key", "version", "ordinal", "text", "metadata", "vector"}
 )
 
+// upsertChunks runs after upsertDocuments in the same transaction and
+// writes only the chunks of the version the documents row now holds live:
+// an older version's late write adds nothing.
 const upsertChunks = `
 INSERT INTO chunks AS c (chunk_id, document_key, version, ordinal, text, metadata, vector)
-SELECT chunk_id, document_key, version, ordinal, text, NULLIF(metadata, '')::jsonb, vector FROM pg_temp.projector_chunk_stage
+SELECT s.chunk_id, s.document_key, s.version, s.ordinal, s.text, NULLIF(s.metadata, '')::jsonb, s.vector
+FROM pg_temp.projector_chunk_stage s
+JOIN documents d ON d.document_key = s.document_key AND d.version = s.version AND d.status = 'live'
 ON CONFLICT (chunk_id) DO UPDATE SET
 	document_key = excluded.document_key, version = excluded.version, ordinal = excluded.ordinal,
 	text = excluded.text, metadata = excluded.metadata, vector = excluded.vector
 WHERE (c.document_key, c.version, c.ordinal, c.text, c.metadata, c.vector)
 	IS DISTINCT FROM (excluded.document_key, excluded.version, excluded.ordinal, excluded.text, excluded.metadata, excluded.vector)`
 
-// deleteOtherChunks removes every chunk of the batch's documents that the
-// batch did not write: older versions, ordinals beyond a shrunk document,
-// and all chunks of withdrawn documents.
+// deleteOtherChunks removes the chunks of the batch's documents that the
+// documents rows, as the batch left them, no longer have: every chunk of a
+// withdrawn document, chunks of older versions, and, where the batch wrote
+// the current version, its ordinals beyond a shrunk document. A newer
+// version's chunks are never removed by an older version's write.
 const deleteOtherChunks = `
-DELETE FROM chunks WHERE document_key = ANY($1::text[]) AND chunk_id NOT IN (SELECT chunk_id FROM pg_temp.projector_chunk_stage)`
+DELETE FROM chunks c USING documents d, unnest($1::text[], $2::bigint[], $3::text[]) AS b(k, v, st)
+WHERE c.document_key = b.k AND d.document_key = b.k
+	AND (d.status = 'withdrawn' OR c.version < d.version
+		OR (b.st = 'live' AND b.v = d.version AND c.chunk_id NOT IN (SELECT chunk_id FROM pg_temp.projector_chunk_stage)))`
 
 // The first projection of an event stays in the ledger; a redelivery does
 // not rewrite it. An overwritten conflict updates the content it recorded.
@@ -174,13 +208,14 @@ func (s *Store) Apply(ctx context.Context, w *project.Write, ledger []project.Le
 		return err
 	}
 	if len(docs.keys) > 0 {
-		b.Queue(upsertDocuments, docs.keys, docs.versions, docs.statuses, docs.hashes, docs.titles, docs.sources, docs.metadata, docs.counts, docs.correlations)
+		b.Queue(upsertDocuments, docs.keys, docs.versions, docs.statuses, docs.hashes, docs.titles, docs.sources, docs.metadata, docs.counts, docs.correlations,
+			docs.topics, docs.topicIDs, docs.partitions, docs.offsets)
 	}
 	if len(chunks.ids) > 0 {
 		b.Queue(upsertChunks)
 	}
 	if len(docs.keys) > 0 {
-		b.Queue(deleteOtherChunks, docs.keys)
+		b.Queue(deleteOtherChunks, docs.keys, docs.versions, docs.statuses)
 	}
 	if len(ledger) > 0 {
 		l := newLedgerColumns(ledger)
