@@ -161,9 +161,9 @@ func fold(states map[string]State, items []item, policy ConflictPolicy, writer s
 			st.touched = true
 			p.order = append(p.order, ev.Key)
 		}
+		before, wasKnown := st.State, st.known
 		st.known = true
 		st.Version = version
-		st.Position = st.Position.advance(it.pos)
 		op := keys.OpUpsert
 		chunkCount := len(ev.Chunks)
 		if it.outcome == OutcomeWithdrawn {
@@ -172,6 +172,11 @@ func fold(states map[string]State, items []item, policy ConflictPolicy, writer s
 			st.Withdrawn, st.ContentHash, st.live = true, "", nil
 		} else {
 			st.Withdrawn, st.ContentHash, st.live = false, ev.ContentHash, ev
+		}
+		if !wasKnown || before.Version != st.Version || before.Withdrawn != st.Withdrawn || before.ContentHash != st.ContentHash {
+			// Only an event that changes the document moves its position:
+			// the same event published again leaves every row as it was.
+			st.Position = before.Position.advance(it.pos)
 		}
 		entry := LedgerEntry{
 			IdempotencyKey: keys.IdempotencyKey(ev.Key, version, op),

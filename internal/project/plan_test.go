@@ -178,6 +178,15 @@ func TestFold(t *testing.T) {
 			ledger:    []string{"document:a:v2:upsert"},
 		},
 		{
+			name:      "the same event published again leaves the position",
+			stored:    map[string]State{"a": stored(State{Version: 2, ContentHash: "hash-y"}, 11, 1)},
+			items:     []item{at(up("a", 2, "y"), 14, 1), at(wd("a", 2), 15, 1), at(wd("a", 2), 16, 1)},
+			outcomes:  []Outcome{OutcomeRedelivered, OutcomeWithdrawn, OutcomeWithdrawn},
+			final:     map[string]State{"a": {Version: 2, Withdrawn: true}},
+			positions: map[string]Position{"a": {Topic: "t", TopicID: TopicID{1}, Offset: 15}},
+			ledger:    []string{"document:a:v2:upsert", "document:a:v2:withdraw"},
+		},
+		{
 			name:   "a tombstone from another partition withdraws",
 			stored: map[string]State{"a": stored(State{Version: 3, ContentHash: "hash-x"}, 7, 1)},
 			items: []item{func() item {
