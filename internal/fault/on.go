@@ -20,7 +20,9 @@ import (
 //	<point>=pause:<duration>     sleep at point (to widen a window)
 //	drop-index=<substring>       the index skips documents whose key contains it
 //
-// Points: before-index, after-index, after-graph, after-relational.
+// Points: before-index, after-index, after-graph, after-relational (run);
+// before-repair-write (reconcile --repair, between reading the relational
+// copy and writing it).
 const Env = "PROJECTOR_FAULTS"
 
 // ExitCode is the status of an injected crash, so a test can tell it from
@@ -79,6 +81,7 @@ func (in *Injector) at(ctx context.Context, point string) {
 		in.exit(ExitCode)
 	}
 	if a.pause > 0 {
+		fmt.Fprintf(os.Stderr, "fault: pausing at %s for %s\n", point, a.pause)
 		select {
 		case <-ctx.Done():
 		case <-time.After(a.pause):
