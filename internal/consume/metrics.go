@@ -22,7 +22,7 @@ func newMetrics(reg prometheus.Registerer, oldestAge func() float64) *metrics {
 		}, []string{"topic", "partition"}),
 		halted: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "projector_partition_halted",
-			Help: "1 while a partition is halted by the fence mismatch policy halt.",
+			Help: "1 while a partition is halted: by the fence mismatch policy halt, or by an error its batch cannot be retried past.",
 		}, []string{"topic", "partition"}),
 		commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "projector_commit_seconds",
