@@ -343,8 +343,8 @@ func (c *Consumer) stopWorkers(parts map[string][]int32, why string) {
 		case <-w.done:
 		case <-deadline.C:
 			c.log.Warn("revoke timeout: cancelling the in-flight batches of revoked partitions uncommitted", zap.Duration("timeout", c.cfg.RevokeTimeout))
-			for _, w := range stopping {
-				w.cancel()
+			for _, s := range stopping {
+				s.cancel()
 			}
 			<-w.done
 		}

@@ -3,6 +3,7 @@ package consume
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -200,7 +201,7 @@ func TestRevokeCancelsInFlight(t *testing.T) {
 	waitFor(t, "a partition moved to the second member", func() bool {
 		for _, p := range second.health.Problems() {
 			for _, part := range []int32{0, 1} {
-				if strings.HasPrefix(p, "partition documents/"+string('0'+rune(part))+":") {
+				if strings.HasPrefix(p, fmt.Sprintf("partition %s/%d:", testTopic, part)) {
 					moved = part
 					return true
 				}
