@@ -155,14 +155,13 @@ func (s *Store) Migrate(ctx context.Context) error {
 // there (a late write of a member that lost its partition), the points
 // just upserted are removed again, so the newer version is what stays.
 func (s *Store) Apply(ctx context.Context, w *project.Write) error {
-	keep, err := s.upsert(ctx, w)
-	if err != nil {
+	if err := s.upsert(ctx, w); err != nil {
 		return err
 	}
 	if len(w.Live) == 0 && len(w.Withdrawn) == 0 {
 		return nil
 	}
-	if err := s.deletePoints(ctx, obsolete(w, keep)); err != nil {
+	if err := s.deletePoints(ctx, obsolete(w)); err != nil {
 		return fmt.Errorf("delete other points: %w", err)
 	}
 	if len(w.Live) == 0 {
@@ -193,13 +192,27 @@ func (s *Store) deletePoints(ctx context.Context, filter *qdrant.Filter) error {
 	return classify(ctx, err)
 }
 
-// obsolete is the filter of the points w makes obsolete, one clause per
-// version written, so the filter stays small however many documents a
-// batch holds.
-func obsolete(w *project.Write, keep []*qdrant.PointId) *qdrant.Filter {
-	live, withdrawn := map[int64][]string{}, map[int64][]string{}
+// obsolete is the filter of the points w makes obsolete, two clauses per
+// version written: its documents' older versions, and their points of that
+// version that the write does not hold (each clause keeps only its own
+// documents' ids, so the filter grows with the write, not with the write
+// times its versions).
+func obsolete(w *project.Write) *qdrant.Filter {
+	type group struct {
+		keys []string
+		keep []*qdrant.PointId
+	}
+	live, withdrawn := map[int64]*group{}, map[int64][]string{}
 	for _, d := range w.Live {
-		live[d.Version] = append(live[d.Version], d.Key)
+		g := live[d.Version]
+		if g == nil {
+			g = &group{}
+			live[d.Version] = g
+		}
+		g.keys = append(g.keys, d.Key)
+		for _, c := range d.Chunks {
+			g.keep = append(g.keep, qdrant.NewIDUUID(c.ID.String()))
+		}
 	}
 	for _, d := range w.Withdrawn {
 		withdrawn[d.Version] = append(withdrawn[d.Version], d.Key)
@@ -208,11 +221,11 @@ func obsolete(w *project.Write, keep []*qdrant.PointId) *qdrant.Filter {
 	clause := func(keys []string, conds ...*qdrant.Condition) *qdrant.Condition {
 		return qdrant.NewFilterAsCondition(&qdrant.Filter{Must: append([]*qdrant.Condition{qdrant.NewMatchKeywords("document_key", keys...)}, conds...)})
 	}
-	for v, keys := range live {
-		should = append(should, clause(keys, versionRange(&qdrant.Range{Lt: version(v)})))
-		same := &qdrant.Filter{Must: []*qdrant.Condition{qdrant.NewMatchKeywords("document_key", keys...), qdrant.NewMatchInt("version", v)}}
-		if len(keep) > 0 {
-			same.MustNot = []*qdrant.Condition{qdrant.NewHasID(keep...)}
+	for v, g := range live {
+		should = append(should, clause(g.keys, versionRange(&qdrant.Range{Lt: version(v)})))
+		same := &qdrant.Filter{Must: []*qdrant.Condition{qdrant.NewMatchKeywords("document_key", g.keys...), qdrant.NewMatchInt("version", v)}}
+		if len(g.keep) > 0 {
+			same.MustNot = []*qdrant.Condition{qdrant.NewHasID(g.keep...)}
 		}
 		should = append(should, qdrant.NewFilterAsCondition(same))
 	}
@@ -250,12 +263,11 @@ func versionRange(r *qdrant.Range) *qdrant.Condition { return qdrant.NewRange("v
 
 func version(v int64) *float64 { return qdrant.PtrOf(float64(v)) }
 
-// upsert upserts the points of w.Live and returns their ids. It returns
-// when every call it started has ended.
-func (s *Store) upsert(ctx context.Context, w *project.Write) ([]*qdrant.PointId, error) {
+// upsert upserts the points of w.Live. It returns when every call it
+// started has ended.
+func (s *Store) upsert(ctx context.Context, w *project.Write) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(s.cfg.UpsertConcurrency)
-	var keep []*qdrant.PointId
 	points := make([]*qdrant.PointStruct, 0, s.cfg.UpsertBatch)
 	flush := func() {
 		if len(points) == 0 {
@@ -274,32 +286,31 @@ func (s *Store) upsert(ctx context.Context, w *project.Write) ([]*qdrant.PointId
 		shared, err := newDocumentPayload(&d)
 		if err != nil {
 			_ = g.Wait()
-			return nil, err
+			return err
 		}
 		for _, c := range d.Chunks {
 			p, err := shared.point(&c)
 			if err != nil {
 				_ = g.Wait()
-				return nil, err
+				return err
 			}
-			keep = append(keep, p.Id)
 			points = append(points, p)
 			if len(points) == s.cfg.UpsertBatch {
 				flush()
 				if gctx.Err() != nil {
 					// An upsert failed or ctx ended: building more is
-					// pointless, and keep is incomplete.
+					// pointless.
 					err := g.Wait()
 					if err == nil {
 						err = classify(ctx, fmt.Errorf("upsert points: %w", context.Cause(gctx)))
 					}
-					return nil, err
+					return err
 				}
 			}
 		}
 	}
 	flush()
-	return keep, g.Wait()
+	return g.Wait()
 }
 
 // documentPayload holds the payload values that every chunk of a document
