@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -389,6 +390,10 @@ func (p *Projector) fence(ctx context.Context, w *Write, items []item) ([]DeadLe
 		if err != nil || len(mismatches) == 0 {
 			return nil, err
 		}
+		mismatches, err = p.settleSuperseded(ctx, w, mismatches)
+		if err != nil || len(mismatches) == 0 {
+			return nil, err
+		}
 		for _, m := range mismatches {
 			p.log.Warn("fence mismatch", zap.String("store", m.Store), zap.String("document_key", m.Key),
 				zap.Int("want", m.Want), zap.Int("got", m.Got), zap.Int("missing", len(m.Missing)),
@@ -420,6 +425,75 @@ func (p *Projector) fence(ctx context.Context, w *Write, items []item) ([]DeadLe
 			return nil, err
 		}
 	}
+}
+
+// settleSuperseded takes out of mismatches the documents of w whose
+// relational row holds a newer event than w wrote: w is a late write (of a
+// member that lost its partition while its write was on its way), which
+// the relational store's forward-only guard refused. The index and the
+// graph keep no memory of a withdrawal, so a late live write lands in them
+// again; those chunks are withdrawn again, up to the stored version, which
+// removes nothing newer. The documents are not re-projected: the newer
+// event is what the stores must show, and its own writer fenced it.
+func (p *Projector) settleSuperseded(ctx context.Context, w *Write, mismatches []fence.Mismatch) ([]fence.Mismatch, error) {
+	keys := make([]string, 0, len(mismatches))
+	for _, m := range mismatches {
+		if !slices.Contains(keys, m.Key) {
+			keys = append(keys, m.Key)
+		}
+	}
+	var states map[string]State
+	err := p.retry(ctx, StoreRelational, func(ctx context.Context) error {
+		var err error
+		states, err = p.d.Relational.States(ctx, keys)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	superseded := map[string]bool{}
+	undo := &Write{}
+	for _, d := range w.Live {
+		st, ok := states[d.Key]
+		switch {
+		case !ok || !slices.Contains(keys, d.Key):
+		case st.Withdrawn && st.Version >= d.Version:
+			superseded[d.Key] = true
+			undo.Withdrawn = append(undo.Withdrawn, Withdrawal{Key: d.Key, Version: st.Version, Position: st.Position})
+		case st.Version > d.Version:
+			superseded[d.Key] = true
+		}
+	}
+	for _, d := range w.Withdrawn {
+		if st, ok := states[d.Key]; ok && slices.Contains(keys, d.Key) && st.Version > d.Version {
+			superseded[d.Key] = true
+		}
+	}
+	if len(superseded) == 0 {
+		return mismatches, nil
+	}
+	p.log.Info("a newer event of these documents is stored: this write of them came late and is superseded",
+		zap.Int("documents", len(superseded)), zap.Int("withdrawn_again", len(undo.Withdrawn)))
+	if !undo.Empty() {
+		for _, s := range []struct {
+			store string
+			write func(context.Context) error
+		}{
+			{StoreIndex, func(ctx context.Context) error { return p.d.Index.Apply(ctx, undo) }},
+			{StoreGraph, func(ctx context.Context) error { return p.d.Graph.Apply(ctx, undo) }},
+		} {
+			if err := p.retry(ctx, s.store, s.write); err != nil {
+				return nil, err
+			}
+		}
+	}
+	rest := mismatches[:0:0]
+	for _, m := range mismatches {
+		if !superseded[m.Key] {
+			rest = append(rest, m)
+		}
+	}
+	return rest, nil
 }
 
 func mismatchesOf(ms []fence.Mismatch, key string) string {

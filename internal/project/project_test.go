@@ -163,6 +163,13 @@ type fixture struct {
 
 func newFixture(t *testing.T, cfg Config) *fixture {
 	t.Helper()
+	return newFixtureWith(t, cfg, func(m *memStore) Relational { return memRelational{m} })
+}
+
+// newFixtureWith is newFixture with the relational store rel makes of the
+// fixture's relational memStore.
+func newFixtureWith(t *testing.T, cfg Config, rel func(*memStore) Relational) *fixture {
+	t.Helper()
 	f := &fixture{
 		index: newMemStore(StoreIndex), graph: newMemStore(StoreGraph), rel: newMemStore(StoreRelational),
 		letters: &memLetters{}, health: health.New(), reg: prometheus.NewRegistry(),
@@ -179,7 +186,7 @@ func newFixture(t *testing.T, cfg Config) *fixture {
 		Embedder:    constEmbedder{},
 		Index:       memIndex{f.index},
 		Graph:       memIndex{f.graph},
-		Relational:  memRelational{f.rel},
+		Relational:  rel(f.rel),
 		Fences:      fence.New(fence.IDs, f.reg, f.index, f.graph, f.rel),
 		DeadLetters: f.letters,
 		Health:      f.health,
@@ -294,5 +301,42 @@ func TestFenceMismatchPolicies(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// withdrawnMeanwhile is a relational store in which another member withdrew
+// every document of a write at version 5 just before the write arrived, so
+// the store's forward-only guard refuses it: the write of a member that
+// lost its partition, landing late.
+type withdrawnMeanwhile struct{ *memStore }
+
+func (m withdrawnMeanwhile) Apply(_ context.Context, w *Write, _ []LedgerEntry) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, d := range w.Live {
+		m.states[d.Key] = State{Version: 5, Withdrawn: true}
+		delete(m.chunks, d.Key)
+	}
+	return nil
+}
+
+// TestLateWriteAfterWithdrawal: a late live write whose document was
+// withdrawn at a higher version meanwhile lands in the index and the graph,
+// which keep no memory of the withdrawal, and is refused by the relational
+// store. The fence finds the disagreement; the projector must withdraw the
+// late chunks from the index and the graph again rather than re-project
+// them and dead-letter the record.
+func TestLateWriteAfterWithdrawal(t *testing.T) {
+	f := newFixtureWith(t, Config{FenceRetries: 2}, func(m *memStore) Relational { return withdrawnMeanwhile{m} })
+	if err := f.p.Handle(context.Background(), TopicID{}, []*kgo.Record{rec(0, "a", upsert("a", 1))}); err != nil {
+		t.Fatalf("Handle: %v", err)
+	}
+	for _, s := range []*memStore{f.index, f.graph} {
+		if got := s.snapshot()["a"]; len(got) != 0 {
+			t.Errorf("%s holds %d chunks of the withdrawn document, want 0", s.name, len(got))
+		}
+	}
+	if got := f.letters.reasons(); len(got) != 0 {
+		t.Errorf("dead letters = %v, want none", got)
 	}
 }
