@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/projector/projector/internal/fault"
 	"github.com/projector/projector/internal/reconcile"
 	"github.com/projector/projector/internal/store/postgres"
 )
@@ -47,7 +48,7 @@ func (f *reconcileFlags) register(fs *flag.FlagSet) {
 	f.log.register(fs)
 	f.kafka.register(fs)
 	f.stores.register(fs)
-	fs.StringVar(&f.group, "group", "projector", "consumer group of the projector; --repair and --delete-orphans refuse to write while it has live members")
+	fs.StringVar(&f.group, "group", "projector", "consumer group of the projector; --repair and --delete-orphans say how many of its live members wait for the repair lease")
 	fs.StringVar(&f.keyPrefix, "key-prefix", "", "only documents whose key starts with this prefix")
 	fs.StringVar(&f.since, "since", "", "only documents updated at or after this RFC 3339 time (skips the scans for unknown documents)")
 	fs.IntVar(&f.pageSize, "page-size", 1000, fmt.Sprintf("documents per page, 1 to %d; memory grows with it", maxPageSize))
@@ -90,22 +91,29 @@ func reconcileCommand(ctx context.Context, args []string, e env) error {
 		return usageError(err)
 	}
 	defer func() { _ = log.Sync() }()
-	if f.repair || f.deleteOrphans {
-		if err := f.requireStoppedGroup(ctx, log); err != nil {
-			return err
-		}
-	}
 	st, err := f.stores.open(ctx)
 	if err != nil {
 		return err
 	}
 	defer st.close(context.WithoutCancel(ctx))
+	if f.repair || f.deleteOrphans {
+		release, err := f.takeRepairLease(ctx, log, st)
+		if err != nil {
+			return err
+		}
+		defer release()
+	}
+	faults, err := fault.FromEnv(e.getenv)
+	if err != nil {
+		return err
+	}
 
 	rec := reconcile.New(cfg, log.With(zap.String("component", "reconcile")), reconcile.Deps{
 		Decisions: st.relational,
 		Source:    st.relational,
 		Stores:    []reconcile.Store{st.index, st.graph, st.relational},
 		Writes:    reconcile.WriteOrder{Index: st.index, Graph: st.graph, Relational: st.relational},
+		Faults:    faults,
 	})
 	out := bufio.NewWriter(e.stdout)
 	var rep report
@@ -137,15 +145,25 @@ func reconcileCommand(ctx context.Context, args []string, e env) error {
 	return nil
 }
 
-// requireStoppedGroup refuses a repair while projector processes run: a
-// repair writes the stores, and each store has one writer at a time.
-func (f *reconcileFlags) requireStoppedGroup(ctx context.Context, log *zap.Logger) error {
-	adm, err := newAdmin(&f.kafka, log, "projector-reconcile")
-	if err != nil {
-		return err
+// takeRepairLease waits for the repair lease (docs/operations.md), which
+// projector run respects: while a repair holds it, run's relational writes
+// wait, so the relational copy the repair reads stays current, and the
+// stores' version guards keep the repair's writes from taking a document
+// back. It says how many live members of --group will wait.
+func (f *reconcileFlags) takeRepairLease(ctx context.Context, log *zap.Logger, st *stores) (release func(), err error) {
+	if adm, err := newAdmin(&f.kafka, log, "projector-reconcile"); err == nil {
+		// Only for the log line: a Kafka that does not answer soon does
+		// not hold the repair up.
+		askCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		n, err := liveMembers(askCtx, adm, f.group)
+		cancel()
+		if err == nil && n > 0 {
+			log.Info("consumer group has live members: their relational writes wait until the repair ends", zap.String("group", f.group), zap.Int("members", n))
+		}
+		adm.Close()
 	}
-	defer adm.Close()
-	return requireNoMembers(ctx, adm, f.group, "repairing the stores")
+	log.Info("taking the repair lease")
+	return st.relational.HoldRepairLease(ctx)
 }
 
 // report writes discrepancies as they come and the summary at the end.

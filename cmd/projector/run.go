@@ -62,6 +62,8 @@ type runFlags struct {
 	fetchPartBytes  int
 	shutdownTimeout time.Duration
 	sessionTimeout  time.Duration
+	rebalance       time.Duration
+	revokeTimeout   time.Duration
 	groupInstanceID string
 	retryMax        time.Duration
 	traceTopic      string
@@ -95,6 +97,8 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.fetchPartBytes, "fetch-max-partition-bytes", 1<<20, "bytes of one partition per fetch; well below --fetch-max-bytes so each fetch feeds every partition's worker (compressed bytes: decompressed records take more)")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 25*time.Second, "time in-flight batches get to finish on SIGTERM before they are abandoned uncommitted")
 	fs.DurationVar(&f.sessionTimeout, "session-timeout", 45*time.Second, "how long the group waits for a silent member before moving its partitions (the broker bounds it, 6s..30m by default)")
+	fs.DurationVar(&f.rebalance, "rebalance-timeout", 60*time.Second, "how long the group waits for its members to give up revoked partitions in a rebalance")
+	fs.DurationVar(&f.revokeTimeout, "revoke-timeout", 20*time.Second, "time a revoked partition's in-flight batch gets to finish and commit before it is cancelled uncommitted; must be below --rebalance-timeout")
 	fs.StringVar(&f.groupInstanceID, "group-instance-id", "", "static group membership id (KIP-345): a restarted process with the same id gets its partitions back at once; one distinct id per process (e.g. the pod name of a StatefulSet)")
 	fs.DurationVar(&f.retryMax, "retry-max", 30*time.Second, "longest wait between retries of a failing store")
 	fs.BoolVar(&f.migrate, "migrate", true, "apply the PostgreSQL schema migrations this build lacks at start; false: refuse a schema that is not at this build's version (migrate with projector migrate first)")
@@ -273,7 +277,7 @@ func serve(ctx context.Context, f *runFlags, log *zap.Logger, reg *prometheus.Re
 	cons, err := consume.New(consume.Config{
 		Topic: f.topic, Group: f.group, MaxPollRecords: f.maxPollRecords, BatchRecords: f.batchRecords,
 		FetchMaxBytes: int32(f.fetchMaxBytes), FetchMaxPartitionBytes: int32(f.fetchPartBytes), ShutdownTimeout: f.shutdownTimeout,
-		SessionTimeout: f.sessionTimeout, InstanceID: f.groupInstanceID,
+		SessionTimeout: f.sessionTimeout, RebalanceTimeout: f.rebalance, RevokeTimeout: f.revokeTimeout, InstanceID: f.groupInstanceID,
 	}, log.With(zap.String("component", "consume")), reg, status, proj, append(base, kgo.ClientID("projector"),
 		kgo.WithHooks(kprom.NewMetrics("projector_kafka", kprom.Registerer(reg))))...)
 	if err != nil {

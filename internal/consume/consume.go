@@ -8,7 +8,10 @@
 // kgo.BlockRebalanceOnPoll, a rebalance can only happen between polls, and
 // the revoke callback waits for the workers of revoked partitions to finish
 // their batch and commit, so a partition is never handled by two members at
-// once and no commit is made after a revoke.
+// once and no commit is made after a revoke. The revoke callback waits at
+// most RevokeTimeout, below the group's rebalance timeout, then cancels the
+// batches still in flight; a lost partition's are cancelled at once, and a
+// cancelled batch is never committed.
 package consume
 
 import (
@@ -26,13 +29,15 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/projector/projector/internal/health"
+	"github.com/projector/projector/internal/project"
 )
 
-// Handler handles consecutive records of one partition. It returns nil only
+// Handler handles consecutive records of one partition of the topic whose
+// id is topicID (zero when the broker does not send it). It returns nil only
 // when every record is done and may be committed. A *project.HaltError
 // halts the partition; any other error abandons the batch uncommitted.
 type Handler interface {
-	Handle(ctx context.Context, recs []*kgo.Record) error
+	Handle(ctx context.Context, topicID project.TopicID, recs []*kgo.Record) error
 }
 
 // Config is the consumer's configuration.
@@ -57,6 +62,15 @@ type Config struct {
 	// ShutdownTimeout is how long in-flight batches may take to finish once
 	// the service is asked to stop; then they are abandoned uncommitted.
 	ShutdownTimeout time.Duration
+	// RebalanceTimeout is how long the group waits for every member to
+	// finish its revokes when it rebalances (kgo.RebalanceTimeout).
+	RebalanceTimeout time.Duration
+	// RevokeTimeout is how long a revoked partition's in-flight batch may
+	// take to finish and commit; then it is cancelled uncommitted. It must
+	// be below RebalanceTimeout, so a member that cannot finish (a store
+	// down) has stopped writing before the group gives the partition to
+	// another member.
+	RevokeTimeout time.Duration
 	// SessionTimeout is how long the group waits for a member that stopped
 	// heartbeating before it gives the member's partitions to others.
 	SessionTimeout time.Duration
@@ -120,6 +134,15 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer, h *health.Statu
 	if cfg.LagInterval <= 0 {
 		cfg.LagInterval = 5 * time.Second
 	}
+	if cfg.RebalanceTimeout <= 0 {
+		cfg.RebalanceTimeout = 60 * time.Second
+	}
+	if cfg.RevokeTimeout <= 0 {
+		cfg.RevokeTimeout = cfg.RebalanceTimeout / 3
+	}
+	if cfg.RevokeTimeout >= cfg.RebalanceTimeout {
+		return nil, fmt.Errorf("revoke timeout %s must be below the rebalance timeout %s", cfg.RevokeTimeout, cfg.RebalanceTimeout)
+	}
 	c := &Consumer{
 		cfg: cfg, log: log, health: h, handler: handler,
 		workers: map[partitionKey]*worker{},
@@ -135,6 +158,7 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer, h *health.Statu
 		kgo.OnPartitionsAssigned(c.assigned),
 		kgo.OnPartitionsRevoked(c.revoked),
 		kgo.OnPartitionsLost(c.lost),
+		kgo.RebalanceTimeout(cfg.RebalanceTimeout),
 		kgo.FetchMaxBytes(cfg.FetchMaxBytes),
 		kgo.FetchMaxPartitionBytes(cfg.FetchMaxPartitionBytes),
 		// A new group starts at the beginning: a projection must see
@@ -205,18 +229,20 @@ func (c *Consumer) poll(ctx context.Context) error {
 			c.log.Warn("fetch error", zap.String("topic", topic), zap.Int32("partition", partition), zap.Error(err))
 			c.m.fetchErrors.Inc()
 		})
-		fetches.EachPartition(func(p kgo.FetchTopicPartition) {
-			if fatal != nil || len(p.Records) == 0 {
-				return
+		fetches.EachTopic(func(t kgo.FetchTopic) {
+			for _, p := range t.Partitions {
+				if fatal != nil || len(p.Records) == 0 {
+					continue
+				}
+				w := c.workers[partitionKey{t.Topic, p.Partition}]
+				if w == nil {
+					// Cannot happen with BlockRebalanceOnPoll: assigned runs
+					// before fetching a partition starts.
+					fatal = fmt.Errorf("records for unassigned partition %s/%d", t.Topic, p.Partition)
+					return
+				}
+				w.enqueue(ctx, project.TopicID(t.TopicID), p.Records, p.HighWatermark)
 			}
-			w := c.workers[partitionKey{p.Topic, p.Partition}]
-			if w == nil {
-				// Cannot happen with BlockRebalanceOnPoll: assigned runs
-				// before fetching a partition starts.
-				fatal = fmt.Errorf("records for unassigned partition %s/%d", p.Topic, p.Partition)
-				return
-			}
-			w.enqueue(ctx, p.Records, p.HighWatermark)
 		})
 		c.cl.AllowRebalance()
 		if fatal != nil {
@@ -261,10 +287,10 @@ func (c *Consumer) assigned(_ context.Context, _ *kgo.Client, parts map[string][
 	defer c.mu.Unlock()
 	for topic, ps := range parts {
 		for _, p := range ps {
-			w := newWorker(c, topic, p)
+			w, ctx := newWorker(c, topic, p)
 			c.workers[partitionKey{topic, p}] = w
 			c.m.halted.WithLabelValues(topic, strconv.Itoa(int(p))).Set(0)
-			go w.run()
+			go w.run(ctx)
 			c.log.Info("partition assigned", zap.String("topic", topic), zap.Int32("partition", p))
 		}
 	}
@@ -274,15 +300,19 @@ func (c *Consumer) assigned(_ context.Context, _ *kgo.Client, parts map[string][
 	}
 }
 
-// revoked stops the workers of revoked partitions after their in-flight
-// batch is handled and committed, and waits for them: only then may the
-// group give the partitions to another member.
+// revoked stops the workers of revoked partitions and waits for them: only
+// then may the group give the partitions to another member. A worker may
+// finish and commit its in-flight batch for RevokeTimeout, which is below
+// the group's rebalance timeout; then the batch is cancelled and left
+// uncommitted, so the member never writes on after the group has moved the
+// partition on.
 func (c *Consumer) revoked(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
 	c.stopWorkers(parts, "revoked")
 }
 
 // lost stops the workers of partitions lost without a clean revoke (the
-// session expired); their commits will fail and the records be redelivered.
+// session expired): another member may own them already, so their
+// in-flight batches are cancelled at once and nothing more is committed.
 func (c *Consumer) lost(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
 	c.stopWorkers(parts, "lost")
 	c.joined.Store(false)
@@ -297,12 +327,28 @@ func (c *Consumer) stopWorkers(parts map[string][]int32, why string) {
 			k := partitionKey{topic, p}
 			if w := c.workers[k]; w != nil {
 				close(w.quit)
+				if why == "lost" {
+					w.cancel()
+				}
 				stopping = append(stopping, w)
 				delete(c.workers, k)
 			}
 		}
 	}
 	c.mu.Unlock()
+	deadline := time.NewTimer(c.cfg.RevokeTimeout)
+	defer deadline.Stop()
+	for _, w := range stopping {
+		select {
+		case <-w.done:
+		case <-deadline.C:
+			c.log.Warn("revoke timeout: cancelling the in-flight batches of revoked partitions uncommitted", zap.Duration("timeout", c.cfg.RevokeTimeout))
+			for _, s := range stopping {
+				s.cancel()
+			}
+			<-w.done
+		}
+	}
 	for _, w := range stopping {
 		<-w.done
 		if w.halted.Load() {

@@ -25,7 +25,7 @@ func newMetrics(reg prometheus.Registerer, oldestAge func() float64) *metrics {
 		}, []string{"topic", "partition"}),
 		halted: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "projector_partition_halted",
-			Help: "1 while a partition is halted (see projector_partition_halts_total for why).",
+			Help: "1 while a partition is halted: by the fence mismatch policy halt, a dead letter the topic refuses for good, or an error its batch cannot be retried past (projector_partition_halts_total says which).",
 		}, []string{"topic", "partition"}),
 		halts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "projector_partition_halts_total",

@@ -2,7 +2,6 @@ package consume
 
 import (
 	"context"
-	"errors"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -19,17 +18,21 @@ import (
 const commitTimeout = 10 * time.Second
 
 // worker handles one partition. Its goroutine is started by assigned and
-// stopped by closing quit; done is closed when it has returned.
+// stopped by closing quit; done is closed when it has returned. cancel ends
+// the context of its Handle and commit calls: stopWorkers calls it at once
+// for a lost partition, and for a revoked one whose batch outlasts
+// RevokeTimeout. Once that context has ended nothing more is committed.
 type worker struct {
 	c         *Consumer
 	topic     string
 	partition int32
 	// queue holds at most one batch beside the one being handled, which
 	// bounds the records in flight per partition.
-	queue chan polled
-	quit  chan struct{}
-	done  chan struct{}
-	log   *zap.Logger
+	queue  chan polled
+	quit   chan struct{}
+	done   chan struct{}
+	cancel context.CancelFunc
+	log    *zap.Logger
 	// halted is set when the partition halts; the poll loop then drops the
 	// partition's records instead of waiting on the queue.
 	halted atomic.Bool
@@ -44,29 +47,33 @@ type worker struct {
 }
 
 type polled struct {
+	topicID  project.TopicID
 	recs     []*kgo.Record
 	received time.Time
 }
 
-func newWorker(c *Consumer, topic string, partition int32) *worker {
+// newWorker returns the worker of a partition and the context its run
+// must be given, which its cancel ends.
+func newWorker(c *Consumer, topic string, partition int32) (*worker, context.Context) {
+	ctx, cancel := context.WithCancel(c.workCtx)
 	return &worker{
-		c: c, topic: topic, partition: partition,
+		c: c, topic: topic, partition: partition, cancel: cancel,
 		queue: make(chan polled, 1),
 		quit:  make(chan struct{}),
 		done:  make(chan struct{}),
 		log:   c.log.With(zap.String("topic", topic), zap.Int32("partition", partition)),
 		next:  -1,
-	}
+	}, ctx
 }
 
 // enqueue hands a poll's records to the worker, blocking while the worker
 // is a batch behind; that back-pressure stops polling, so memory stays
 // bounded by configuration, not by the backlog.
-func (w *worker) enqueue(ctx context.Context, recs []*kgo.Record, highWatermark int64) {
+func (w *worker) enqueue(ctx context.Context, topicID project.TopicID, recs []*kgo.Record, highWatermark int64) {
 	if w.halted.Load() {
 		return // left uncommitted; fetching the partition is paused
 	}
-	p := polled{recs: recs, received: time.Now()}
+	p := polled{topicID: topicID, recs: recs, received: time.Now()}
 	w.mu.Lock()
 	w.pending = append(w.pending, p.received)
 	if w.next < 0 {
@@ -82,14 +89,15 @@ func (w *worker) enqueue(ctx context.Context, recs []*kgo.Record, highWatermark 
 	}
 }
 
-func (w *worker) run() {
+func (w *worker) run(ctx context.Context) {
 	defer close(w.done)
+	defer w.cancel()
 	for {
 		select {
 		case <-w.quit:
 			return
 		case p := <-w.queue:
-			if !w.handle(p.recs) {
+			if !w.handle(ctx, p.topicID, p.recs) {
 				return
 			}
 			w.popPending()
@@ -99,19 +107,25 @@ func (w *worker) run() {
 
 // handle hands recs to the Handler in batches of BatchRecords, committing
 // after each. It returns false when the worker must stop: it was told to
-// quit, the work context ended, or the partition halted.
-func (w *worker) handle(recs []*kgo.Record) bool {
+// quit, its context ended, or the partition halted.
+func (w *worker) handle(ctx context.Context, topicID project.TopicID, recs []*kgo.Record) bool {
 	for len(recs) > 0 {
 		n := min(len(recs), w.c.cfg.BatchRecords)
 		batch := recs[:n]
-		if err := w.c.handler.Handle(w.c.workCtx, batch); err != nil {
-			var halt *project.HaltError
-			if errors.As(err, &halt) {
-				w.halt(halt)
-			}
+		err := w.c.handler.Handle(ctx, topicID, batch)
+		if ctx.Err() != nil {
+			// Revoked past RevokeTimeout, lost, or the shutdown timeout
+			// passed: whatever Handle says, the partition may be another
+			// member's by now, so nothing is committed.
+			w.log.Info("batch abandoned uncommitted: the partition was revoked or lost, or the service is stopping",
+				zap.Int64("offset", batch[0].Offset), zap.Int("records", n))
 			return false
 		}
-		w.commit(batch[n-1])
+		if err != nil {
+			w.halt(err)
+			return false
+		}
+		w.commit(ctx, batch[n-1])
 		recs = recs[n:]
 		select {
 		case <-w.quit:
@@ -125,15 +139,20 @@ func (w *worker) handle(recs []*kgo.Record) bool {
 }
 
 // halt stops handling the partition until it is revoked or the service
-// stops. Nothing more is committed, the service reports not ready, and the
-// age of the oldest pending record grows, which alerts. Fetching the
-// partition is paused so the other partitions go on.
-func (w *worker) halt(err *project.HaltError) {
+// stops: after a *project.HaltError (the fence policy halt), or after any
+// other error Handle returns, which its own retries could not get past (a
+// store rejected a read). Nothing more is committed, the service reports
+// not ready, projector_partition_halted is 1, and the age of the oldest
+// pending record grows, which alerts. Fetching the partition is paused so
+// the other partitions go on, and what was polled before the pause is
+// dropped, so the poll loop never waits on a halted partition.
+func (w *worker) halt(err error) {
 	component := "partition " + w.topic + "/" + strconv.Itoa(int(w.partition))
-	w.log.Error("partition halted: nothing more is committed on it until the cause is fixed and the service restarted", zap.String("reason", string(err.Reason)), zap.Error(err))
+	reason := string(project.ReasonOf(err))
+	w.log.Error("partition halted: nothing more is committed on it until the cause is fixed and the service restarted", zap.String("reason", reason), zap.Error(err))
 	w.c.health.Fail(component, "halted: "+err.Error())
 	w.c.m.halted.WithLabelValues(w.topic, strconv.Itoa(int(w.partition))).Set(1)
-	w.c.m.halts.WithLabelValues(string(err.Reason)).Inc()
+	w.c.m.halts.WithLabelValues(reason).Inc()
 	w.halted.Store(true)
 	w.c.cl.PauseFetchPartitions(map[string][]int32{w.topic: {w.partition}})
 	for {
@@ -142,14 +161,13 @@ func (w *worker) halt(err *project.HaltError) {
 			w.c.health.Recover(component)
 			return
 		case <-w.queue:
-			// Polled before the pause took effect: dropped uncommitted, so
-			// the poll loop never waits on a halted partition.
+			// Polled before the pause took effect: dropped uncommitted.
 		}
 	}
 }
 
-func (w *worker) commit(last *kgo.Record) {
-	ctx, cancel := context.WithTimeout(w.c.workCtx, commitTimeout)
+func (w *worker) commit(ctx context.Context, last *kgo.Record) {
+	ctx, cancel := context.WithTimeout(ctx, commitTimeout)
 	defer cancel()
 	start := time.Now()
 	err := w.c.cl.CommitRecords(ctx, last)

@@ -18,9 +18,14 @@ import (
 //
 //	<point>=exit:<probability>   exit the process with status 86 at point
 //	<point>=pause:<duration>     sleep at point (to widen a window)
+//	<point>=hold:<duration>      sleep at point deaf to cancellation (a
+//	                             store write that is on its way and lands
+//	                             late whatever the caller does)
 //	drop-index=<substring>       the index skips documents whose key contains it
 //
-// Points: before-index, after-index, after-graph, after-relational.
+// Points: before-index, after-index, after-graph, after-relational (run);
+// before-repair-write (reconcile --repair, between reading the relational
+// copy and writing it).
 const Env = "PROJECTOR_FAULTS"
 
 // ExitCode is the status of an injected crash, so a test can tell it from
@@ -30,6 +35,7 @@ const ExitCode = 86
 type action struct {
 	exitProbability float64
 	pause           time.Duration
+	hold            time.Duration
 }
 
 // FromEnv parses Env; it returns nil when the variable is empty.
@@ -56,12 +62,16 @@ func FromEnv(getenv func(string) string) (*Injector, error) {
 				return nil, fmt.Errorf("%s: %q: want exit:<probability 0..1>", Env, item)
 			}
 			in.points[name] = action{exitProbability: p}
-		case "pause":
+		case "pause", "hold":
 			d, err := time.ParseDuration(arg)
 			if err != nil {
-				return nil, fmt.Errorf("%s: %q: want pause:<duration>", Env, item)
+				return nil, fmt.Errorf("%s: %q: want %s:<duration>", Env, item, kind)
 			}
-			in.points[name] = action{pause: d}
+			if kind == "hold" {
+				in.points[name] = action{hold: d}
+			} else {
+				in.points[name] = action{pause: d}
+			}
 		default:
 			return nil, fmt.Errorf("%s: %q: unknown action %q", Env, item, kind)
 		}
@@ -78,7 +88,13 @@ func (in *Injector) at(ctx context.Context, point string) {
 		fmt.Fprintf(os.Stderr, "fault: injected crash at %s\n", point)
 		in.exit(ExitCode)
 	}
+	if a.hold > 0 {
+		fmt.Fprintf(os.Stderr, "fault: holding at %s for %s\n", point, a.hold)
+		time.Sleep(a.hold)
+		fmt.Fprintf(os.Stderr, "fault: released at %s\n", point)
+	}
 	if a.pause > 0 {
+		fmt.Fprintf(os.Stderr, "fault: pausing at %s for %s\n", point, a.pause)
 		select {
 		case <-ctx.Done():
 		case <-time.After(a.pause):

@@ -54,6 +54,8 @@ const (
 // item is one record of a batch and what became of it.
 type item struct {
 	rec *kgo.Record
+	// pos is the record's place in the log.
+	pos Position
 	ev  event.Event
 	// bad is set when the record is bad input.
 	bad *event.Error
@@ -108,8 +110,14 @@ func fold(states map[string]State, items []item, policy ConflictPolicy, writer s
 		}
 		version := ev.Version
 		switch {
+		case ev.Tombstone && st.known && st.Position.covers(it.pos):
+			// Read again after the event that last changed the document
+			// (a redelivery, a replay): it was applied, or found stale,
+			// the first time, and must not withdraw a later revival.
+			it.outcome = OutcomeStale
 		case ev.Tombstone:
-			// A tombstone withdraws whatever version is current.
+			// A tombstone withdraws the version current at its place in
+			// the log.
 			version = st.Version
 			it.outcome = OutcomeWithdrawn
 		case ev.Op == keys.OpWithdraw:
@@ -128,6 +136,11 @@ func fold(states map[string]State, items []item, policy ConflictPolicy, writer s
 		case st.known && version == st.Version:
 			it.outcome = OutcomeConflict
 			it.storedHash = st.ContentHash
+			if policy == ConflictOverwrite && st.Position.covers(it.pos) {
+				// Read again: the stored content came from a later event
+				// of the same version, which overwrote this one.
+				continue
+			}
 			if policy != ConflictOverwrite {
 				it.reason = ReasonVersionConflict
 				p.letters = append(p.letters, DeadLetter{
@@ -148,6 +161,7 @@ func fold(states map[string]State, items []item, policy ConflictPolicy, writer s
 			st.touched = true
 			p.order = append(p.order, ev.Key)
 		}
+		before, wasKnown := st.State, st.known
 		st.known = true
 		st.Version = version
 		op := keys.OpUpsert
@@ -158,6 +172,11 @@ func fold(states map[string]State, items []item, policy ConflictPolicy, writer s
 			st.Withdrawn, st.ContentHash, st.live = true, "", nil
 		} else {
 			st.Withdrawn, st.ContentHash, st.live = false, ev.ContentHash, ev
+		}
+		if !wasKnown || before.Version != st.Version || before.Withdrawn != st.Withdrawn || before.ContentHash != st.ContentHash {
+			// Only an event that changes the document moves its position:
+			// the same event published again leaves every row as it was.
+			st.Position = before.Position.advance(it.pos)
 		}
 		entry := LedgerEntry{
 			IdempotencyKey: keys.IdempotencyKey(ev.Key, version, op),

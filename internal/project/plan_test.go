@@ -24,6 +24,20 @@ func tombstone(key string) item {
 	return item{rec: &kgo.Record{Topic: "t"}, ev: event.Event{Key: key, Op: keys.OpWithdraw, Tombstone: true}}
 }
 
+// at places it at offset in partition 0 of topic "t", whose topic id is id.
+func at(it item, offset int64, id byte) item {
+	it.rec = &kgo.Record{Topic: "t", Offset: offset}
+	it.pos = Position{Topic: "t", TopicID: TopicID{id}, Offset: offset}
+	return it
+}
+
+// stored is a document's stored state, last changed at offset of partition
+// 0 of topic "t" with topic id id.
+func stored(st State, offset int64, id byte) State {
+	st.Position = Position{Topic: "t", TopicID: TopicID{id}, Offset: offset}
+	return st
+}
+
 func up(key string, v int64, content string) item { return ev(key, v, keys.OpUpsert, content) }
 func wd(key string, v int64) item                 { return ev(key, v, keys.OpWithdraw, "") }
 
@@ -35,9 +49,11 @@ func TestFold(t *testing.T) {
 		items    []item
 		outcomes []Outcome
 		// final is the net state per touched document.
-		final   map[string]State
-		ledger  []string
-		letters []event.Reason
+		final map[string]State
+		// positions, when set, are the net positions per touched document.
+		positions map[string]Position
+		ledger    []string
+		letters   []event.Reason
 	}{
 		{
 			name:     "new document",
@@ -127,6 +143,80 @@ func TestFold(t *testing.T) {
 			ledger:   []string{"document:a:v0:withdraw", "document:a:v1:upsert"},
 		},
 		{
+			name:      "a tombstone before the stored position is a redelivery",
+			stored:    map[string]State{"a": stored(State{Version: 3, ContentHash: "hash-x"}, 7, 1)},
+			items:     []item{at(tombstone("a"), 5, 1), at(tombstone("a"), 7, 1)},
+			outcomes:  []Outcome{OutcomeStale, OutcomeStale},
+			final:     map[string]State{},
+			positions: map[string]Position{},
+		},
+		{
+			name:      "a tombstone after the stored position withdraws",
+			stored:    map[string]State{"a": stored(State{Version: 3, ContentHash: "hash-x"}, 7, 1)},
+			items:     []item{at(tombstone("a"), 8, 1)},
+			outcomes:  []Outcome{OutcomeWithdrawn},
+			final:     map[string]State{"a": {Version: 3, Withdrawn: true}},
+			positions: map[string]Position{"a": {Topic: "t", TopicID: TopicID{1}, Offset: 8}},
+			ledger:    []string{"document:a:v3:withdraw"},
+		},
+		{
+			name:      "a batch [tombstone, revival] redelivered after its commit",
+			stored:    map[string]State{"a": stored(State{Version: 2, ContentHash: "hash-y"}, 11, 1)},
+			items:     []item{at(tombstone("a"), 10, 1), at(up("a", 2, "y"), 11, 1)},
+			outcomes:  []Outcome{OutcomeStale, OutcomeRedelivered},
+			final:     map[string]State{"a": {Version: 2, ContentHash: "hash-y"}},
+			positions: map[string]Position{"a": {Topic: "t", TopicID: TopicID{1}, Offset: 11}},
+			ledger:    []string{"document:a:v2:upsert"},
+		},
+		{
+			name:      "a redelivery never moves the position back",
+			stored:    map[string]State{"a": stored(State{Version: 2, ContentHash: "hash-y"}, 11, 1)},
+			items:     []item{at(up("a", 2, "y"), 4, 1)},
+			outcomes:  []Outcome{OutcomeRedelivered},
+			final:     map[string]State{"a": {Version: 2, ContentHash: "hash-y"}},
+			positions: map[string]Position{"a": {Topic: "t", TopicID: TopicID{1}, Offset: 11}},
+			ledger:    []string{"document:a:v2:upsert"},
+		},
+		{
+			name:      "the same event published again leaves the position",
+			stored:    map[string]State{"a": stored(State{Version: 2, ContentHash: "hash-y"}, 11, 1)},
+			items:     []item{at(up("a", 2, "y"), 14, 1), at(wd("a", 2), 15, 1), at(wd("a", 2), 16, 1)},
+			outcomes:  []Outcome{OutcomeRedelivered, OutcomeWithdrawn, OutcomeWithdrawn},
+			final:     map[string]State{"a": {Version: 2, Withdrawn: true}},
+			positions: map[string]Position{"a": {Topic: "t", TopicID: TopicID{1}, Offset: 15}},
+			ledger:    []string{"document:a:v2:upsert", "document:a:v2:withdraw"},
+		},
+		{
+			name:   "a tombstone from another partition withdraws",
+			stored: map[string]State{"a": stored(State{Version: 3, ContentHash: "hash-x"}, 7, 1)},
+			items: []item{func() item {
+				it := at(tombstone("a"), 2, 1)
+				it.pos.Partition = 1
+				return it
+			}()},
+			outcomes:  []Outcome{OutcomeWithdrawn},
+			final:     map[string]State{"a": {Version: 3, Withdrawn: true}},
+			positions: map[string]Position{"a": {Topic: "t", TopicID: TopicID{1}, Partition: 1, Offset: 2}},
+			ledger:    []string{"document:a:v3:withdraw"},
+		},
+		{
+			name:      "a tombstone of a topic created again withdraws",
+			stored:    map[string]State{"a": stored(State{Version: 3, ContentHash: "hash-x"}, 7, 1)},
+			items:     []item{at(tombstone("a"), 2, 2)},
+			outcomes:  []Outcome{OutcomeWithdrawn},
+			final:     map[string]State{"a": {Version: 3, Withdrawn: true}},
+			positions: map[string]Position{"a": {Topic: "t", TopicID: TopicID{2}, Offset: 2}},
+			ledger:    []string{"document:a:v3:withdraw"},
+		},
+		{
+			name:      "an unknown topic id compares by topic name",
+			stored:    map[string]State{"a": stored(State{Version: 3, ContentHash: "hash-x"}, 7, 0)},
+			items:     []item{at(tombstone("a"), 2, 2)},
+			outcomes:  []Outcome{OutcomeStale},
+			final:     map[string]State{},
+			positions: map[string]Position{},
+		},
+		{
 			name:     "conflict goes to the dead-letter topic by default",
 			stored:   map[string]State{"a": {Version: 1, ContentHash: "hash-x"}},
 			items:    []item{up("a", 1, "other")},
@@ -142,6 +232,15 @@ func TestFold(t *testing.T) {
 			outcomes: []Outcome{OutcomeConflict},
 			final:    map[string]State{"a": {Version: 1, ContentHash: "hash-other"}},
 			ledger:   []string{"document:a:v1:upsert"},
+		},
+		{
+			name:      "conflict overwrite read again keeps the later content",
+			stored:    map[string]State{"a": stored(State{Version: 1, ContentHash: "hash-later"}, 9, 1)},
+			policy:    ConflictOverwrite,
+			items:     []item{at(up("a", 1, "earlier"), 5, 1)},
+			outcomes:  []Outcome{OutcomeConflict},
+			final:     map[string]State{},
+			positions: map[string]Position{},
 		},
 		{
 			name:     "conflict within one batch",
@@ -174,12 +273,18 @@ func TestFold(t *testing.T) {
 			if !reflect.DeepEqual(outcomes, tt.outcomes) {
 				t.Errorf("outcomes = %v, want %v", outcomes, tt.outcomes)
 			}
-			final := map[string]State{}
+			final, positions := map[string]State{}, map[string]Position{}
 			for _, k := range pl.order {
-				final[k] = pl.docs[k].State
+				st := pl.docs[k].State
+				positions[k] = st.Position
+				st.Position = Position{}
+				final[k] = st
 			}
 			if !reflect.DeepEqual(final, tt.final) {
 				t.Errorf("final = %v, want %v", final, tt.final)
+			}
+			if tt.positions != nil && !reflect.DeepEqual(positions, tt.positions) {
+				t.Errorf("positions = %v, want %v", positions, tt.positions)
 			}
 			var ledger []string
 			for _, l := range pl.ledger {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -71,10 +72,24 @@ const (
 	// HaltDeadLetterRefused: the dead-letter topic refuses a letter
 	// permanently, so the record can neither be projected nor put aside.
 	HaltDeadLetterRefused HaltReason = "dead_letter_refused"
+	// HaltHandleError: Handle failed in a way its own retries could not get
+	// past (a store rejected a read of the states, say).
+	HaltHandleError HaltReason = "handle_error"
 )
 
 // HaltReasons lists every halt reason, so metrics can show each at zero.
-func HaltReasons() []HaltReason { return []HaltReason{HaltFenceMismatch, HaltDeadLetterRefused} }
+func HaltReasons() []HaltReason {
+	return []HaltReason{HaltFenceMismatch, HaltDeadLetterRefused, HaltHandleError}
+}
+
+// ReasonOf is the reason err halts a partition: a HaltError's own, else
+// HaltHandleError.
+func ReasonOf(err error) HaltReason {
+	if h, ok := errors.AsType[*HaltError](err); ok {
+		return h.Reason
+	}
+	return HaltHandleError
+}
 
 // HaltError stops a partition: nothing more is committed on it until an
 // operator fixes the cause and restarts the service.
@@ -197,16 +212,18 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer, d Deps) *Projec
 }
 
 // Handle projects records, which are consecutive records of one partition
-// in offset order. It returns nil when every record is done: written to all
+// in offset order, of the topic whose id is topicID (zero when the broker
+// does not say). It returns nil when every record is done: written to all
 // three stores and fenced, found stale, or acknowledged by the dead-letter
 // topic; only then may the caller commit past them. Store failures are
 // retried until they pass or ctx ends, so an error means the batch was
 // abandoned (ctx ended) or the partition must halt (*HaltError).
-func (p *Projector) Handle(ctx context.Context, recs []*kgo.Record) error {
+func (p *Projector) Handle(ctx context.Context, topicID TopicID, recs []*kgo.Record) error {
 	start := time.Now()
 	items := make([]item, len(recs))
 	for i, r := range recs {
 		items[i].rec = r
+		items[i].pos = Position{Topic: r.Topic, TopicID: topicID, Partition: r.Partition, Offset: r.Offset}
 		ev, err := p.d.Decoder.Decode(r.Key, r.Value, header(r, "correlation-id"))
 		var bad *event.Error
 		if errors.As(err, &bad) {
@@ -339,12 +356,12 @@ func (p *Projector) buildWrite(ctx context.Context, pl *plan) (*Write, error) {
 	for _, key := range pl.order {
 		st := pl.docs[key]
 		if st.Withdrawn {
-			w.Withdrawn = append(w.Withdrawn, Withdrawal{Key: key, Version: st.Version})
+			w.Withdrawn = append(w.Withdrawn, Withdrawal{Key: key, Version: st.Version, Position: st.Position})
 			continue
 		}
 		ev := st.live
 		doc := Document{
-			Key: key, Version: st.Version, Title: ev.Title, Source: ev.Source,
+			Key: key, Version: st.Version, Position: st.Position, Title: ev.Title, Source: ev.Source,
 			Metadata: ev.Metadata, ContentHash: ev.ContentHash, CorrelationID: ev.CorrelationID,
 			Chunks: make([]Chunk, len(ev.Chunks)),
 		}
@@ -437,6 +454,10 @@ func (p *Projector) fence(ctx context.Context, w *Write, items []item) ([]DeadLe
 		if err != nil || len(mismatches) == 0 {
 			return nil, err
 		}
+		mismatches, err = p.settleSuperseded(ctx, w, mismatches)
+		if err != nil || len(mismatches) == 0 {
+			return nil, err
+		}
 		for _, m := range mismatches {
 			p.log.Warn("fence mismatch", zap.String("store", m.Store), zap.String("document_key", m.Key),
 				zap.Int("want", m.Want), zap.Int("got", m.Got), zap.Int("missing", len(m.Missing)),
@@ -468,6 +489,75 @@ func (p *Projector) fence(ctx context.Context, w *Write, items []item) ([]DeadLe
 			return nil, err
 		}
 	}
+}
+
+// settleSuperseded takes out of mismatches the documents of w whose
+// relational row holds a newer event than w wrote: w is a late write (of a
+// member that lost its partition while its write was on its way), which
+// the relational store's forward-only guard refused. The index and the
+// graph keep no memory of a withdrawal, so a late live write lands in them
+// again; those chunks are withdrawn again, up to the stored version, which
+// removes nothing newer. The documents are not re-projected: the newer
+// event is what the stores must show, and its own writer fenced it.
+func (p *Projector) settleSuperseded(ctx context.Context, w *Write, mismatches []fence.Mismatch) ([]fence.Mismatch, error) {
+	keys := make([]string, 0, len(mismatches))
+	for _, m := range mismatches {
+		if !slices.Contains(keys, m.Key) {
+			keys = append(keys, m.Key)
+		}
+	}
+	var states map[string]State
+	err := p.retry(ctx, StoreRelational, func(ctx context.Context) error {
+		var err error
+		states, err = p.d.Relational.States(ctx, keys)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	superseded := map[string]bool{}
+	undo := &Write{}
+	for _, d := range w.Live {
+		st, ok := states[d.Key]
+		switch {
+		case !ok || !slices.Contains(keys, d.Key):
+		case st.Withdrawn && st.Version >= d.Version:
+			superseded[d.Key] = true
+			undo.Withdrawn = append(undo.Withdrawn, Withdrawal{Key: d.Key, Version: st.Version, Position: st.Position})
+		case st.Version > d.Version:
+			superseded[d.Key] = true
+		}
+	}
+	for _, d := range w.Withdrawn {
+		if st, ok := states[d.Key]; ok && slices.Contains(keys, d.Key) && st.Version > d.Version {
+			superseded[d.Key] = true
+		}
+	}
+	if len(superseded) == 0 {
+		return mismatches, nil
+	}
+	p.log.Info("a newer event of these documents is stored: this write of them came late and is superseded",
+		zap.Int("documents", len(superseded)), zap.Int("withdrawn_again", len(undo.Withdrawn)))
+	if !undo.Empty() {
+		for _, s := range []struct {
+			store string
+			write func(context.Context) error
+		}{
+			{StoreIndex, func(ctx context.Context) error { return p.d.Index.Apply(ctx, undo) }},
+			{StoreGraph, func(ctx context.Context) error { return p.d.Graph.Apply(ctx, undo) }},
+		} {
+			if err := p.retry(ctx, s.store, s.write); err != nil {
+				return nil, err
+			}
+		}
+	}
+	rest := mismatches[:0:0]
+	for _, m := range mismatches {
+		if !superseded[m.Key] {
+			rest = append(rest, m)
+		}
+	}
+	return rest, nil
 }
 
 func mismatchesOf(ms []fence.Mismatch, key string) string {

@@ -169,6 +169,13 @@ type fixture struct {
 
 func newFixture(t *testing.T, cfg Config) *fixture {
 	t.Helper()
+	return newFixtureWith(t, cfg, func(m *memStore) Relational { return memRelational{m} })
+}
+
+// newFixtureWith is newFixture with the relational store rel makes of the
+// fixture's relational memStore.
+func newFixtureWith(t *testing.T, cfg Config, rel func(*memStore) Relational) *fixture {
+	t.Helper()
 	f := &fixture{
 		index: newMemStore(StoreIndex), graph: newMemStore(StoreGraph), rel: newMemStore(StoreRelational),
 		letters: &memLetters{}, health: health.New(), reg: prometheus.NewRegistry(),
@@ -185,7 +192,7 @@ func newFixture(t *testing.T, cfg Config) *fixture {
 		Embedder:    constEmbedder{},
 		Index:       memIndex{f.index},
 		Graph:       memIndex{f.graph},
-		Relational:  memRelational{f.rel},
+		Relational:  rel(f.rel),
 		Fences:      fence.New(fence.IDs, f.reg, f.index, f.graph, f.rel),
 		DeadLetters: f.letters,
 		Health:      f.health,
@@ -211,7 +218,7 @@ func TestTransientFailureIsRetried(t *testing.T) {
 		}
 		return nil
 	}
-	if err := f.p.Handle(context.Background(), []*kgo.Record{rec(0, "a", upsert("a", 1))}); err != nil {
+	if err := f.p.Handle(context.Background(), TopicID{}, []*kgo.Record{rec(0, "a", upsert("a", 1))}); err != nil {
 		t.Fatalf("Handle: %v", err)
 	}
 	if len(f.rel.chunks["a"]) != 2 || len(f.graph.chunks["a"]) != 2 {
@@ -239,7 +246,7 @@ func TestRejectedRecordIsIsolated(t *testing.T) {
 		return nil
 	}
 	recs := []*kgo.Record{rec(0, "a", upsert("a", 1)), rec(1, "poison", upsert("poison", 1)), rec(2, "b", upsert("b", 1))}
-	if err := f.p.Handle(context.Background(), recs); err != nil {
+	if err := f.p.Handle(context.Background(), TopicID{}, recs); err != nil {
 		t.Fatalf("Handle: %v", err)
 	}
 	if got, want := f.letters.reasons(), []string{"store_rejected:poison"}; !slices.Equal(got, want) {
@@ -259,7 +266,7 @@ func TestFatalFailureRetriesUntilStopped(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	err := f.p.Handle(ctx, []*kgo.Record{rec(0, "a", upsert("a", 1))})
+	err := f.p.Handle(ctx, TopicID{}, []*kgo.Record{rec(0, "a", upsert("a", 1))})
 	if err == nil {
 		t.Fatal("Handle succeeded against a store that always fails, want an error")
 	}
@@ -277,7 +284,7 @@ func TestFenceMismatchPolicies(t *testing.T) {
 			f := newFixture(t, Config{OnFenceMismatch: policy, FenceRetries: 2})
 			f.index.drop = "lost"
 			recs := []*kgo.Record{rec(0, "fine", upsert("fine", 1)), rec(1, "lost", upsert("lost", 1))}
-			err := f.p.Handle(context.Background(), recs)
+			err := f.p.Handle(context.Background(), TopicID{}, recs)
 			writes := f.index.writes
 			if writes != 3 {
 				t.Errorf("index writes = %d, want 3 (the batch, then 2 re-projections)", writes)
@@ -308,7 +315,7 @@ func TestRefusedDeadLetterHaltsThePartition(t *testing.T) {
 	f.letters.err = &PermanentError{Err: errors.New("MESSAGE_TOO_LARGE: The request included a message larger than the max message size the server will accept")}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err := f.p.Handle(ctx, []*kgo.Record{rec(0, "a", upsert("a", 1)), rec(1, "bad", "not json")})
+	err := f.p.Handle(ctx, TopicID{}, []*kgo.Record{rec(0, "a", upsert("a", 1)), rec(1, "bad", "not json")})
 	halt, ok := errors.AsType[*HaltError](err)
 	if !ok || halt.Reason != HaltDeadLetterRefused {
 		t.Fatalf("Handle = %v, want a HaltError with reason %s", err, HaltDeadLetterRefused)
@@ -330,7 +337,7 @@ func TestLimitIsNotBlamedOnRecords(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	recs := []*kgo.Record{rec(0, "a", upsert("a", 1)), rec(1, "b", upsert("b", 1))}
-	if err := f.p.Handle(ctx, recs); err == nil {
+	if err := f.p.Handle(ctx, TopicID{}, recs); err == nil {
 		t.Fatal("Handle succeeded against an index over its limit, want an error")
 	}
 	if got := f.letters.reasons(); len(got) != 0 {
@@ -343,7 +350,7 @@ func TestLimitIsNotBlamedOnRecords(t *testing.T) {
 		t.Errorf("problems = %v, want the index's limit by name", p)
 	}
 	limited = false
-	if err := f.p.Handle(context.Background(), recs); err != nil {
+	if err := f.p.Handle(context.Background(), TopicID{}, recs); err != nil {
 		t.Fatalf("Handle after the limit was lifted: %v", err)
 	}
 	if len(f.rel.ledger) != 2 || len(f.letters.reasons()) != 0 {
@@ -376,7 +383,7 @@ func TestBatchSplitByBytes(t *testing.T) {
 			for i, k := range tt.keys {
 				recs = append(recs, rec(int64(i), k, bigDoc(k)))
 			}
-			if err := f.p.Handle(context.Background(), recs); err != nil {
+			if err := f.p.Handle(context.Background(), TopicID{}, recs); err != nil {
 				t.Fatal(err)
 			}
 			if f.index.writes != tt.wantWrites {
@@ -386,5 +393,42 @@ func TestBatchSplitByBytes(t *testing.T) {
 				t.Errorf("ledger rows = %d, want %d", len(f.rel.ledger), len(tt.keys))
 			}
 		})
+	}
+}
+
+// withdrawnMeanwhile is a relational store in which another member withdrew
+// every document of a write at version 5 just before the write arrived, so
+// the store's forward-only guard refuses it: the write of a member that
+// lost its partition, landing late.
+type withdrawnMeanwhile struct{ *memStore }
+
+func (m withdrawnMeanwhile) Apply(_ context.Context, w *Write, _ []LedgerEntry) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, d := range w.Live {
+		m.states[d.Key] = State{Version: 5, Withdrawn: true}
+		delete(m.chunks, d.Key)
+	}
+	return nil
+}
+
+// TestLateWriteAfterWithdrawal: a late live write whose document was
+// withdrawn at a higher version meanwhile lands in the index and the graph,
+// which keep no memory of the withdrawal, and is refused by the relational
+// store. The fence finds the disagreement; the projector must withdraw the
+// late chunks from the index and the graph again rather than re-project
+// them and dead-letter the record.
+func TestLateWriteAfterWithdrawal(t *testing.T) {
+	f := newFixtureWith(t, Config{FenceRetries: 2}, func(m *memStore) Relational { return withdrawnMeanwhile{m} })
+	if err := f.p.Handle(context.Background(), TopicID{}, []*kgo.Record{rec(0, "a", upsert("a", 1))}); err != nil {
+		t.Fatalf("Handle: %v", err)
+	}
+	for _, s := range []*memStore{f.index, f.graph} {
+		if got := s.snapshot()["a"]; len(got) != 0 {
+			t.Errorf("%s holds %d chunks of the withdrawn document, want 0", s.name, len(got))
+		}
+	}
+	if got := f.letters.reasons(); len(got) != 0 {
+		t.Errorf("dead letters = %v, want none", got)
 	}
 }

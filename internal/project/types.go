@@ -20,8 +20,10 @@ import (
 type Document struct {
 	Key     string
 	Version int64
-	Title   string
-	Source  string
+	// Position is where the event that last changed the document is.
+	Position Position
+	Title    string
+	Source   string
 	// Metadata holds JSON scalars only (string, bool, nil, int64, float64).
 	Metadata      map[string]any
 	ContentHash   string
@@ -42,10 +44,58 @@ type Chunk struct {
 }
 
 // Withdrawal is a document that no store may hold any more. The relational
-// store remembers Version, so a replayed older upsert stays stale.
+// store remembers Version, so a replayed older upsert stays stale, and
+// Position, so a tombstone read again stays stale.
 type Withdrawal struct {
-	Key     string
-	Version int64
+	Key      string
+	Version  int64
+	Position Position
+}
+
+// TopicID is Kafka's id of a topic. A topic deleted and created again
+// under the same name gets a new id and restarts its offsets, so offsets
+// only compare under one id. The zero TopicID is unknown (brokers before
+// Kafka 3.1 do not send it in fetches).
+type TopicID [16]byte
+
+// Position is an event's place in the log: the offset of a partition of
+// one topic. The relational store keeps, per document, the position of the
+// event that last changed it; a tombstone carries no version, and its
+// position is what tells a tombstone read again (a redelivery, a replay)
+// from a new one.
+type Position struct {
+	Topic     string
+	TopicID   TopicID
+	Partition int32
+	Offset    int64
+}
+
+// sameLog reports whether p and q are offsets of one partition of one
+// topic, so that their offsets order them. Positions in different
+// partitions (a document whose key moved when the partition count grew)
+// or in different incarnations of a topic are not ordered. An unknown
+// topic id matches any id of the same name.
+func (p Position) sameLog(q Position) bool {
+	if p.Topic != q.Topic || p.Partition != q.Partition {
+		return false
+	}
+	return p.TopicID == TopicID{} || q.TopicID == TopicID{} || p.TopicID == q.TopicID
+}
+
+// covers reports whether q is at or before p in the same log: an event at
+// q was already read when the document was last changed at p.
+func (p Position) covers(q Position) bool {
+	return p.Topic != "" && p.sameLog(q) && q.Offset <= p.Offset
+}
+
+// advance returns the position of a document last changed at p once the
+// event at q is applied: q, unless q is before p in the same log (an older
+// event read again never moves the position back).
+func (p Position) advance(q Position) Position {
+	if p.covers(q) {
+		return p
+	}
+	return q
 }
 
 // Write is the net effect of a batch: after it, every store holds exactly
@@ -113,6 +163,9 @@ type State struct {
 	Version     int64
 	Withdrawn   bool
 	ContentHash string
+	// Position is where the event that last changed the document is; the
+	// zero Position (no Topic) when unknown.
+	Position Position
 }
 
 // Index is the vector index (Qdrant), written first.

@@ -40,6 +40,14 @@ type Deps struct {
 	Stores []Store
 	// Writes is used by Repair and DeleteOrphans only.
 	Writes WriteOrder
+	// Faults, when set, is told the point between reading the relational
+	// copy and writing a repair (tests only).
+	Faults Faults
+}
+
+// Faults injects failures between the steps of a repair (tests only).
+type Faults interface {
+	At(ctx context.Context, point string)
 }
 
 // Reporter receives each discrepancy as soon as its page is done.
@@ -224,6 +232,9 @@ func (r *Reconciler) repair(ctx context.Context, found []Discrepancy) error {
 	w, incomplete, err := r.d.Source.Reprojection(ctx, keys)
 	if err != nil {
 		return fmt.Errorf("read the relational copy for a repair: %w", err)
+	}
+	if r.d.Faults != nil {
+		r.d.Faults.At(ctx, "before-repair-write")
 	}
 	if !w.Empty() {
 		if err := r.d.Writes.Apply(ctx, w); err != nil {

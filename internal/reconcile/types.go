@@ -16,6 +16,7 @@ package reconcile
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"github.com/google/uuid"
@@ -150,11 +151,13 @@ func (o WriteOrder) Apply(ctx context.Context, w *project.Write) error {
 }
 
 // Withdrawals is the write that removes every chunk of keys from a store;
-// adapters use it to delete the documents of unknown keys.
+// adapters use it to delete the documents of unknown keys. Its version is
+// the highest there is: a store's withdrawal removes only versions up to
+// the withdrawn one, and these keys must go whatever version they hold.
 func Withdrawals(keys []string) *project.Write {
 	w := &project.Write{Withdrawn: make([]project.Withdrawal, len(keys))}
 	for i, k := range keys {
-		w.Withdrawn[i] = project.Withdrawal{Key: k}
+		w.Withdrawn[i] = project.Withdrawal{Key: k, Version: math.MaxInt64}
 	}
 	return w
 }

@@ -120,32 +120,41 @@ func (s *Store) session(ctx context.Context, mode neo4j.AccessMode) neo4j.Sessio
 	return s.driver.NewSession(ctx, neo4j.SessionConfig{AccessMode: mode, DatabaseName: s.database})
 }
 
+// The statements below only move a document forward in version: a
+// document node takes a write of its version or a higher one, chunks are
+// merged only under a document node of their version, and removals reach
+// only versions up to the one written. So a late write of a member that
+// lost its partition leaves a newer version as it is.
 const mergeDocuments = `
 UNWIND $docs AS d
 MERGE (doc:Document {key: d.key})
+WITH doc, d WHERE doc.version IS NULL OR doc.version <= d.version
 SET doc.version = d.version, doc.title = d.title, doc.source = d.source,
 	doc.metadata = d.metadata, doc.content_hash = d.content_hash`
 
 const mergeChunks = `
 UNWIND $chunks AS c
-MATCH (doc:Document {key: c.document_key})
+MATCH (doc:Document {key: c.document_key}) WHERE doc.version = c.version
 MERGE (ch:Chunk {id: c.id})
 SET ch.document_key = c.document_key, ch.version = c.version, ch.ordinal = c.ordinal,
 	ch.text = c.text, ch.metadata = c.metadata
 MERGE (doc)-[:HAS_CHUNK]->(ch)`
 
-// deleteOtherChunks removes, per document, every chunk the batch did not
-// write; the keep lists are per document so each check is against a short
-// list.
+// deleteOtherChunks removes, per document, the chunks the write makes
+// obsolete: older versions, and ordinals of the written version it did not
+// write; for a withdrawal (live false) every version up to its own. The
+// keep lists are per document so each check is against a short list.
 const deleteOtherChunks = `
 UNWIND $docs AS d
 MATCH (ch:Chunk {document_key: d.key})
-WHERE NOT ch.id IN d.ids
+WHERE ch.version < d.version OR (ch.version = d.version AND (NOT d.live OR NOT ch.id IN d.ids))
 DETACH DELETE ch`
 
+// deleteDocuments removes withdrawn documents whose node is not of a newer
+// version than the withdrawal.
 const deleteDocuments = `
-UNWIND $keys AS k
-MATCH (doc:Document {key: k})
+UNWIND $docs AS d
+MATCH (doc:Document {key: d.key}) WHERE doc.version <= d.version
 DETACH DELETE doc`
 
 // Apply merges w in one write transaction.
@@ -174,12 +183,12 @@ func (s *Store) Apply(ctx context.Context, w *project.Write) error {
 				"text": c.Text, "metadata": cmd,
 			})
 		}
-		keep = append(keep, map[string]any{"key": d.Key, "ids": ids})
+		keep = append(keep, map[string]any{"key": d.Key, "version": d.Version, "live": true, "ids": ids})
 	}
-	withdrawn := make([]string, len(w.Withdrawn))
+	withdrawn := make([]map[string]any, len(w.Withdrawn))
 	for i, d := range w.Withdrawn {
-		withdrawn[i] = d.Key
-		keep = append(keep, map[string]any{"key": d.Key, "ids": []string{}})
+		withdrawn[i] = map[string]any{"key": d.Key, "version": d.Version}
+		keep = append(keep, map[string]any{"key": d.Key, "version": d.Version, "live": false, "ids": []string{}})
 	}
 	sess := s.session(ctx, neo4j.AccessModeWrite)
 	defer sess.Close(ctx)
@@ -192,7 +201,7 @@ func (s *Store) Apply(ctx context.Context, w *project.Write) error {
 			{mergeDocuments, map[string]any{"docs": docs}, len(docs) == 0},
 			{mergeChunks, map[string]any{"chunks": chunks}, len(chunks) == 0},
 			{deleteOtherChunks, map[string]any{"docs": keep}, len(keep) == 0},
-			{deleteDocuments, map[string]any{"keys": withdrawn}, len(withdrawn) == 0},
+			{deleteDocuments, map[string]any{"docs": withdrawn}, len(withdrawn) == 0},
 		}
 		for _, st := range steps {
 			if st.skip {

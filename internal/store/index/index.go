@@ -172,38 +172,130 @@ func (s *Store) Migrate(ctx context.Context) error {
 
 // Apply upserts the chunks of w.Live, in calls of at most UpsertBatch
 // points, UpsertConcurrency calls at a time, then, once every upsert
-// succeeded, deletes every other point of the documents of w with one
-// filtered delete: the new points are in before the old ones go. Every
-// call waits until Qdrant has applied it, so a fence that follows reads
-// the write.
+// succeeded, deletes with one filtered delete the points the write makes
+// obsolete: older versions of its documents, ordinals a rewritten version
+// no longer has, and every version up to a withdrawal's. The new points
+// are in before the old ones go. Every call waits until Qdrant has applied
+// it, so a fence that follows reads the write.
+//
+// Writes only move a document forward: a delete never reaches a version
+// above the one written, and when a newer version's points are already
+// there (a late write of a member that lost its partition), the points
+// just upserted are removed again, so the newer version is what stays.
 func (s *Store) Apply(ctx context.Context, w *project.Write) error {
-	keep, err := s.upsert(ctx, w)
-	if err != nil {
+	if err := s.upsert(ctx, w); err != nil {
 		return err
 	}
-	keys := w.Keys()
-	if len(keys) == 0 {
+	if len(w.Live) == 0 && len(w.Withdrawn) == 0 {
 		return nil
 	}
-	filter := &qdrant.Filter{Must: []*qdrant.Condition{qdrant.NewMatchKeywords("document_key", keys...)}}
-	if len(keep) > 0 {
-		filter.MustNot = []*qdrant.Condition{qdrant.NewHasID(keep...)}
+	if err := s.deletePoints(ctx, obsolete(w)); err != nil {
+		return fmt.Errorf("delete other points: %w", err)
 	}
-	_, err = s.client.Delete(ctx, &qdrant.DeletePoints{
-		CollectionName: s.cfg.Collection, Points: qdrant.NewPointsSelectorFilter(filter), Wait: qdrant.PtrOf(true),
-	})
-	if err != nil {
-		return classify(ctx, fmt.Errorf("delete other points: %w", err))
+	if len(w.Live) == 0 {
+		return nil
+	}
+	superseded, err := s.superseded(ctx, w)
+	if err != nil || len(superseded) == 0 {
+		return err
+	}
+	var undo []*qdrant.Condition
+	for _, d := range w.Live {
+		if superseded[d.Key] {
+			undo = append(undo, qdrant.NewFilterAsCondition(&qdrant.Filter{Must: []*qdrant.Condition{
+				qdrant.NewMatchKeyword("document_key", d.Key), versionRange(&qdrant.Range{Lte: version(d.Version)}),
+			}}))
+		}
+	}
+	if err := s.deletePoints(ctx, &qdrant.Filter{Should: undo}); err != nil {
+		return fmt.Errorf("delete superseded points: %w", err)
 	}
 	return nil
 }
 
-// upsert upserts the points of w.Live and returns their ids. It returns
-// when every call it started has ended.
-func (s *Store) upsert(ctx context.Context, w *project.Write) ([]*qdrant.PointId, error) {
+func (s *Store) deletePoints(ctx context.Context, filter *qdrant.Filter) error {
+	_, err := s.client.Delete(ctx, &qdrant.DeletePoints{
+		CollectionName: s.cfg.Collection, Points: qdrant.NewPointsSelectorFilter(filter), Wait: qdrant.PtrOf(true),
+	})
+	return classify(ctx, err)
+}
+
+// obsolete is the filter of the points w makes obsolete, two clauses per
+// version written: its documents' older versions, and their points of that
+// version that the write does not hold (each clause keeps only its own
+// documents' ids, so the filter grows with the write, not with the write
+// times its versions).
+func obsolete(w *project.Write) *qdrant.Filter {
+	type group struct {
+		keys []string
+		keep []*qdrant.PointId
+	}
+	live, withdrawn := map[int64]*group{}, map[int64][]string{}
+	for _, d := range w.Live {
+		g := live[d.Version]
+		if g == nil {
+			g = &group{}
+			live[d.Version] = g
+		}
+		g.keys = append(g.keys, d.Key)
+		for _, c := range d.Chunks {
+			g.keep = append(g.keep, qdrant.NewIDUUID(c.ID.String()))
+		}
+	}
+	for _, d := range w.Withdrawn {
+		withdrawn[d.Version] = append(withdrawn[d.Version], d.Key)
+	}
+	var should []*qdrant.Condition
+	clause := func(keys []string, conds ...*qdrant.Condition) *qdrant.Condition {
+		return qdrant.NewFilterAsCondition(&qdrant.Filter{Must: append([]*qdrant.Condition{qdrant.NewMatchKeywords("document_key", keys...)}, conds...)})
+	}
+	for v, g := range live {
+		should = append(should, clause(g.keys, versionRange(&qdrant.Range{Lt: version(v)})))
+		same := &qdrant.Filter{Must: []*qdrant.Condition{qdrant.NewMatchKeywords("document_key", g.keys...), qdrant.NewMatchInt("version", v)}}
+		if len(g.keep) > 0 {
+			same.MustNot = []*qdrant.Condition{qdrant.NewHasID(g.keep...)}
+		}
+		should = append(should, qdrant.NewFilterAsCondition(same))
+	}
+	for v, keys := range withdrawn {
+		should = append(should, clause(keys, versionRange(&qdrant.Range{Lte: version(v)})))
+	}
+	return &qdrant.Filter{Should: should}
+}
+
+// superseded returns the documents of w.Live that have points of a higher
+// version than the one written.
+func (s *Store) superseded(ctx context.Context, w *project.Write) (map[string]bool, error) {
+	byVersion := map[int64][]string{}
+	for _, d := range w.Live {
+		byVersion[d.Version] = append(byVersion[d.Version], d.Key)
+	}
+	var should []*qdrant.Condition
+	for v, keys := range byVersion {
+		should = append(should, qdrant.NewFilterAsCondition(&qdrant.Filter{Must: []*qdrant.Condition{
+			qdrant.NewMatchKeywords("document_key", keys...), versionRange(&qdrant.Range{Gt: version(v)}),
+		}}))
+	}
+	out := map[string]bool{}
+	err := s.Scroll(ctx, &qdrant.Filter{Should: should}, []string{"document_key"}, func(p *qdrant.RetrievedPoint) error {
+		out[p.GetPayload()["document_key"].GetStringValue()] = true
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("find newer versions: %w", err)
+	}
+	return out, nil
+}
+
+func versionRange(r *qdrant.Range) *qdrant.Condition { return qdrant.NewRange("version", r) }
+
+func version(v int64) *float64 { return qdrant.PtrOf(float64(v)) }
+
+// upsert upserts the points of w.Live. It returns when every call it
+// started has ended.
+func (s *Store) upsert(ctx context.Context, w *project.Write) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(s.cfg.UpsertConcurrency)
-	var keep []*qdrant.PointId
 	points := make([]*qdrant.PointStruct, 0, s.cfg.UpsertBatch)
 	size := upsertOverhead + len(s.cfg.Collection)
 	flush := func() {
@@ -224,7 +316,7 @@ func (s *Store) upsert(ctx context.Context, w *project.Write) ([]*qdrant.PointId
 		shared, err := newDocumentPayload(&d)
 		if err != nil {
 			_ = g.Wait()
-			return nil, err
+			return err
 		}
 		for _, c := range d.Chunks {
 			p, err := shared.point(&c)
@@ -234,12 +326,11 @@ func (s *Store) upsert(ctx context.Context, w *project.Write) ([]*qdrant.PointId
 			}
 			if err != nil {
 				_ = g.Wait()
-				return nil, err
+				return err
 			}
 			if len(points) > 0 && size+n > s.cfg.UpsertMaxBytes {
 				flush()
 			}
-			keep = append(keep, p.Id)
 			points = append(points, p)
 			size += n
 			if len(points) == s.cfg.UpsertBatch {
@@ -247,17 +338,17 @@ func (s *Store) upsert(ctx context.Context, w *project.Write) ([]*qdrant.PointId
 			}
 			if gctx.Err() != nil {
 				// An upsert failed or ctx ended: building more is
-				// pointless, and keep is incomplete.
+				// pointless.
 				err := g.Wait()
 				if err == nil {
 					err = classify(ctx, fmt.Errorf("upsert points: %w", context.Cause(gctx)))
 				}
-				return nil, err
+				return err
 			}
 		}
 	}
 	flush()
-	return keep, g.Wait()
+	return g.Wait()
 }
 
 // pointSize returns the bytes p adds to an upsert request, and refuses a

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/projector/projector/internal/project"
@@ -25,7 +26,7 @@ func columnsOf(w *project.Write) (*documentColumns, *chunkColumns, error) {
 		if err != nil {
 			return nil, nil, &project.StoreError{Store: project.StoreRelational, Kind: project.Rejected, Err: fmt.Errorf("document %q metadata: %w", d.Key, err)}
 		}
-		docs.add(d.Key, d.Version, statusLive, d.ContentHash, d.Title, d.Source, md, len(d.Chunks), d.CorrelationID)
+		docs.add(d.Key, d.Version, statusLive, d.ContentHash, d.Title, d.Source, md, len(d.Chunks), d.CorrelationID, d.Position)
 		for _, c := range d.Chunks {
 			cmd, err := jsonText(c.Metadata)
 			if err != nil {
@@ -35,7 +36,7 @@ func columnsOf(w *project.Write) (*documentColumns, *chunkColumns, error) {
 		}
 	}
 	for _, d := range w.Withdrawn {
-		docs.add(d.Key, d.Version, statusWithdrawn, "", "", "", "", 0, "")
+		docs.add(d.Key, d.Version, statusWithdrawn, "", "", "", "", 0, "", d.Position)
 	}
 	return docs, chunks, nil
 }
@@ -44,6 +45,11 @@ type documentColumns struct {
 	keys, statuses, hashes, titles, sources, metadata, correlations []string
 	versions                                                        []int64
 	counts                                                          []int32
+	// The position of the event that last changed the document; a topic
+	// id is '' when unknown.
+	topics, topicIDs []string
+	partitions       []int32
+	offsets          []int64
 }
 
 func newDocumentColumns(n int) *documentColumns {
@@ -51,10 +57,19 @@ func newDocumentColumns(n int) *documentColumns {
 		keys: make([]string, 0, n), statuses: make([]string, 0, n), hashes: make([]string, 0, n),
 		titles: make([]string, 0, n), sources: make([]string, 0, n), metadata: make([]string, 0, n),
 		correlations: make([]string, 0, n), versions: make([]int64, 0, n), counts: make([]int32, 0, n),
+		topics: make([]string, 0, n), topicIDs: make([]string, 0, n), partitions: make([]int32, 0, n), offsets: make([]int64, 0, n),
 	}
 }
 
-func (c *documentColumns) add(key string, version int64, status, hash, title, source, metadata string, count int, correlation string) {
+func (c *documentColumns) add(key string, version int64, status, hash, title, source, metadata string, count int, correlation string, pos project.Position) {
+	topicID := ""
+	if pos.TopicID != (project.TopicID{}) {
+		topicID = uuid.UUID(pos.TopicID).String()
+	}
+	c.topics = append(c.topics, pos.Topic)
+	c.topicIDs = append(c.topicIDs, topicID)
+	c.partitions = append(c.partitions, pos.Partition)
+	c.offsets = append(c.offsets, pos.Offset)
 	c.keys = append(c.keys, key)
 	c.versions = append(c.versions, version)
 	c.statuses = append(c.statuses, status)

@@ -68,6 +68,23 @@ CREATE TABLE embedding_cache (
 	PRIMARY KEY (model, dim, text_sha256)
 );
 `,
+	// 3: the log position of the event that last changed each document, so
+	// a tombstone (which carries no version) read again is known as a
+	// redelivery. Existing documents take the position of their latest
+	// ledger row: at or after the event that last changed them, never
+	// before it, so no tombstone before a revival is taken as new; their
+	// topic id stays unknown (NULL), which compares by topic name.
+	`
+ALTER TABLE documents
+	ADD COLUMN source_topic     text,
+	ADD COLUMN source_topic_id  uuid,
+	ADD COLUMN source_partition integer,
+	ADD COLUMN source_offset    bigint;
+UPDATE documents d SET (source_topic, source_partition, source_offset) = (
+	SELECT l.source_topic, l.source_partition, l.source_offset FROM ledger l
+	WHERE l.document_key = d.document_key
+	ORDER BY l.projected_at DESC, l.source_offset DESC LIMIT 1);
+`,
 }
 
 // migrationLock is the advisory lock key that serialises migrations when

@@ -16,6 +16,7 @@ import (
 	"math"
 	"regexp"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -30,6 +31,9 @@ import (
 type Store struct {
 	pool   *pgxpool.Pool
 	schema string
+	// leased is set while this Store holds the repair lease: its own
+	// writes then do not wait for it.
+	leased atomic.Bool
 }
 
 var _ project.Relational = (*Store)(nil)
@@ -81,9 +85,33 @@ func (s *Store) Ping(ctx context.Context) error {
 // Pool exposes the pool to the reconcile and test code of this module.
 func (s *Store) Pool() *pgxpool.Pool { return s.pool }
 
-// States returns the stored state of the given documents.
+// positionColumns selects a documents row's position; storedPosition
+// scans it.
+const positionColumns = `coalesce(source_topic, ''), source_topic_id, coalesce(source_partition, 0), coalesce(source_offset, 0)`
+
+// storedPosition is the scan target of positionColumns.
+type storedPosition struct {
+	topic     string
+	topicID   *uuid.UUID
+	partition int32
+	offset    int64
+}
+
+func (p *storedPosition) targets() []any { return []any{&p.topic, &p.topicID, &p.partition, &p.offset} }
+
+func (p *storedPosition) position() project.Position {
+	pos := project.Position{Topic: p.topic, Partition: p.partition, Offset: p.offset}
+	if p.topicID != nil {
+		pos.TopicID = project.TopicID(*p.topicID)
+	}
+	return pos
+}
+
+// States returns the stored state of the given documents, with the
+// position of the event that last changed each (zero when unknown).
 func (s *Store) States(ctx context.Context, keys []string) (map[string]project.State, error) {
-	rows, err := s.pool.Query(ctx, `SELECT document_key, version, status, content_hash FROM documents WHERE document_key = ANY($1)`, keys)
+	rows, err := s.pool.Query(ctx, `SELECT document_key, version, status, content_hash, `+positionColumns+`
+FROM documents WHERE document_key = ANY($1)`, keys)
 	if err != nil {
 		return nil, classify(fmt.Errorf("read document states: %w", err))
 	}
@@ -91,9 +119,10 @@ func (s *Store) States(ctx context.Context, keys []string) (map[string]project.S
 	var (
 		key, status, hash string
 		version           int64
+		pos               storedPosition
 	)
-	_, err = pgx.ForEachRow(rows, []any{&key, &version, &status, &hash}, func() error {
-		out[key] = project.State{Version: version, Withdrawn: status == statusWithdrawn, ContentHash: hash}
+	_, err = pgx.ForEachRow(rows, append([]any{&key, &version, &status, &hash}, pos.targets()...), func() error {
+		out[key] = project.State{Version: version, Withdrawn: status == statusWithdrawn, ContentHash: hash, Position: pos.position()}
 		return nil
 	})
 	if err != nil {
@@ -108,18 +137,34 @@ const (
 )
 
 // Rows only change when their content does: a redelivery or a replay leaves
-// every row, updated_at included, exactly as it was.
+// every row, updated_at included, exactly as it was. An unknown position
+// (no topic) is stored as NULLs. A row only moves
+// forward: to a higher version, or at the same version from live to
+// withdrawn or to a later offset of the same log, so a late write of a
+// member that lost its partition cannot take a document back.
 const upsertDocuments = `
-INSERT INTO documents AS d (document_key, version, status, content_hash, title, source, metadata, chunk_count, correlation_id)
-SELECT k, v, st, h, ti, so, NULLIF(md, '')::jsonb, n, c
-FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int[], $9::text[])
-	AS u(k, v, st, h, ti, so, md, n, c)
+INSERT INTO documents AS d (document_key, version, status, content_hash, title, source, metadata, chunk_count, correlation_id,
+	source_topic, source_topic_id, source_partition, source_offset)
+SELECT k, v, st, h, ti, so, NULLIF(md, '')::jsonb, n, c,
+	NULLIF(tp, ''), NULLIF(tid, '')::uuid, CASE WHEN tp <> '' THEN pa END, CASE WHEN tp <> '' THEN po END
+FROM unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[], $8::int[], $9::text[],
+	$10::text[], $11::text[], $12::int[], $13::bigint[])
+	AS u(k, v, st, h, ti, so, md, n, c, tp, tid, pa, po)
 ON CONFLICT (document_key) DO UPDATE SET
 	version = excluded.version, status = excluded.status, content_hash = excluded.content_hash,
 	title = excluded.title, source = excluded.source, metadata = excluded.metadata,
-	chunk_count = excluded.chunk_count, correlation_id = excluded.correlation_id, updated_at = now()
-WHERE (d.version, d.status, d.content_hash, d.title, d.source, d.metadata, d.chunk_count)
-	IS DISTINCT FROM (excluded.version, excluded.status, excluded.content_hash, excluded.title, excluded.source, excluded.metadata, excluded.chunk_count)`
+	chunk_count = excluded.chunk_count, correlation_id = excluded.correlation_id,
+	source_topic = excluded.source_topic, source_topic_id = excluded.source_topic_id,
+	source_partition = excluded.source_partition, source_offset = excluded.source_offset, updated_at = now()
+WHERE (excluded.version > d.version OR (excluded.version = d.version
+		AND NOT (d.status = 'withdrawn' AND excluded.status = 'live')
+		AND NOT coalesce(d.source_topic = excluded.source_topic AND d.source_partition = excluded.source_partition
+			AND (d.source_topic_id IS NULL OR excluded.source_topic_id IS NULL OR d.source_topic_id = excluded.source_topic_id)
+			AND excluded.source_offset < d.source_offset, false)))
+	AND (d.version, d.status, d.content_hash, d.title, d.source, d.metadata, d.chunk_count,
+		d.source_topic, d.source_topic_id, d.source_partition, d.source_offset)
+	IS DISTINCT FROM (excluded.version, excluded.status, excluded.content_hash, excluded.title, excluded.source, excluded.metadata, excluded.chunk_count,
+		excluded.source_topic, excluded.source_topic_id, excluded.source_partition, excluded.source_offset)`
 
 // createChunkStage creates the connection's staging table of chunk rows:
 // COPY fills it, then upsertChunks moves its rows into chunks. COPY sends
@@ -140,20 +185,30 @@ var (
 	chunkStageColumns = []string{"chunk_id", "document_key", "version", "ordinal", "text", "metadata", "vector"}
 )
 
+// upsertChunks runs after upsertDocuments in the same transaction and
+// writes only the chunks of the version the documents row now holds live:
+// an older version's late write adds nothing.
 const upsertChunks = `
 INSERT INTO chunks AS c (chunk_id, document_key, version, ordinal, text, metadata, vector)
-SELECT chunk_id, document_key, version, ordinal, text, NULLIF(metadata, '')::jsonb, vector FROM pg_temp.projector_chunk_stage
+SELECT s.chunk_id, s.document_key, s.version, s.ordinal, s.text, NULLIF(s.metadata, '')::jsonb, s.vector
+FROM pg_temp.projector_chunk_stage s
+JOIN documents d ON d.document_key = s.document_key AND d.version = s.version AND d.status = 'live'
 ON CONFLICT (chunk_id) DO UPDATE SET
 	document_key = excluded.document_key, version = excluded.version, ordinal = excluded.ordinal,
 	text = excluded.text, metadata = excluded.metadata, vector = excluded.vector
 WHERE (c.document_key, c.version, c.ordinal, c.text, c.metadata, c.vector)
 	IS DISTINCT FROM (excluded.document_key, excluded.version, excluded.ordinal, excluded.text, excluded.metadata, excluded.vector)`
 
-// deleteOtherChunks removes every chunk of the batch's documents that the
-// batch did not write: older versions, ordinals beyond a shrunk document,
-// and all chunks of withdrawn documents.
+// deleteOtherChunks removes the chunks of the batch's documents that the
+// documents rows, as the batch left them, no longer have: every chunk of a
+// withdrawn document, chunks of older versions, and, where the batch wrote
+// the current version, its ordinals beyond a shrunk document. A newer
+// version's chunks are never removed by an older version's write.
 const deleteOtherChunks = `
-DELETE FROM chunks WHERE document_key = ANY($1::text[]) AND chunk_id NOT IN (SELECT chunk_id FROM pg_temp.projector_chunk_stage)`
+DELETE FROM chunks c USING documents d, unnest($1::text[], $2::bigint[], $3::text[]) AS b(k, v, st)
+WHERE c.document_key = b.k AND d.document_key = b.k
+	AND (d.status = 'withdrawn' OR c.version < d.version
+		OR (b.st = 'live' AND b.v = d.version AND c.chunk_id NOT IN (SELECT chunk_id FROM pg_temp.projector_chunk_stage)))`
 
 // The first projection of an event stays in the ledger; a redelivery does
 // not rewrite it. An overwritten conflict updates the content it recorded.
@@ -165,29 +220,67 @@ SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[
 ON CONFLICT (idempotency_key) DO UPDATE SET content_hash = excluded.content_hash, chunk_count = excluded.chunk_count
 WHERE l.content_hash IS DISTINCT FROM excluded.content_hash`
 
+// The repair lease is an advisory lock on the schema's name: reconcile's
+// repairs hold it exclusively for their whole run, and every write of the
+// projection takes it shared in its transaction, so the projection's
+// relational writes wait while a repair runs, and a repair starts once the
+// writes in flight are committed. While it is held, the relational copy a
+// repair reads does not change under it. Advisory locks are per database,
+// so the schema's name tells the projections of one database apart.
+const (
+	leaseClass         = 0x72657061 // "repa"
+	takeLeaseShared    = `SELECT pg_advisory_xact_lock_shared($1::int, hashtext($2))`
+	takeLeaseExclusive = `SELECT pg_advisory_lock($1::int, hashtext($2))`
+)
+
+// HoldRepairLease waits for the repair lease, then holds it on a connection
+// of its own until release is called (or the process ends, which closes the
+// connection). Writes through s do not wait for the lease meanwhile.
+func (s *Store) HoldRepairLease(ctx context.Context) (release func(), err error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, classify(fmt.Errorf("take the repair lease: %w", err))
+	}
+	if _, err := conn.Exec(ctx, takeLeaseExclusive, leaseClass, s.schema); err != nil {
+		conn.Release()
+		return nil, classify(fmt.Errorf("take the repair lease: %w", err))
+	}
+	s.leased.Store(true)
+	return func() {
+		s.leased.Store(false)
+		// Closing the connection ends its session, which releases the lock
+		// whatever state the connection is in.
+		_ = conn.Hijack().Close(context.WithoutCancel(ctx))
+	}, nil
+}
+
 // Apply writes w and the ledger entries in one transaction: the chunk
 // rows by COPY into the staging table, then every statement as one round
-// trip.
+// trip. The transaction first waits for the repair lease (shared).
 func (s *Store) Apply(ctx context.Context, w *project.Write, ledger []project.LedgerEntry) error {
 	b := &pgx.Batch{}
 	docs, chunks, err := columnsOf(w)
 	if err != nil {
 		return err
 	}
+	if !s.leased.Load() {
+		b.Queue(takeLeaseShared, leaseClass, s.schema)
+	}
 	if len(docs.keys) > 0 {
-		b.Queue(upsertDocuments, docs.keys, docs.versions, docs.statuses, docs.hashes, docs.titles, docs.sources, docs.metadata, docs.counts, docs.correlations)
+		b.Queue(upsertDocuments, docs.keys, docs.versions, docs.statuses, docs.hashes, docs.titles, docs.sources, docs.metadata, docs.counts, docs.correlations,
+			docs.topics, docs.topicIDs, docs.partitions, docs.offsets)
 	}
 	if len(chunks.ids) > 0 {
 		b.Queue(upsertChunks)
 	}
 	if len(docs.keys) > 0 {
-		b.Queue(deleteOtherChunks, docs.keys)
+		b.Queue(deleteOtherChunks, docs.keys, docs.versions, docs.statuses)
 	}
 	if len(ledger) > 0 {
 		l := newLedgerColumns(ledger)
 		b.Queue(insertLedger, l.keys, l.docs, l.versions, l.ops, l.hashes, l.counts, l.topics, l.partitions, l.offsets, l.correlations, l.writers)
 	}
-	if b.Len() == 0 {
+	if len(docs.keys) == 0 && len(ledger) == 0 {
 		return nil
 	}
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {

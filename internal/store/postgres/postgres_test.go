@@ -19,6 +19,17 @@ import (
 // openTest opens a store in a fresh schema that is dropped after the test.
 func openTest(t *testing.T) *Store {
 	t.Helper()
+	s, _ := openUnmigrated(t)
+	if err := s.Migrate(context.Background()); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	return s
+}
+
+// openUnmigrated opens a store on a schema name that is dropped after the
+// test, without creating anything, and returns the schema's name.
+func openUnmigrated(t *testing.T) (*Store, string) {
+	t.Helper()
 	dsn := testenv.PostgresDSN(t)
 	ctx := context.Background()
 	schema := fmt.Sprintf("test_%d", time.Now().UnixNano())
@@ -29,14 +40,11 @@ func openTest(t *testing.T) *Store {
 	if err := s.Ping(ctx); err != nil {
 		testenv.Missing(t, "PostgreSQL", err.Error())
 	}
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatalf("Migrate: %v", err)
-	}
 	t.Cleanup(func() {
-		_, _ = s.pool.Exec(ctx, "DROP SCHEMA "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+		_, _ = s.pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
 		s.Close()
 	})
-	return s
+	return s, schema
 }
 
 type relationalUnderTest struct{ *Store }
@@ -211,6 +219,97 @@ func TestClassify(t *testing.T) {
 		}
 		if got := project.LimitOf(err); got != tt.limit {
 			t.Errorf("limit of %s %q = %q, want %q", tt.code, tt.msg, got, tt.limit)
+		}
+	}
+}
+
+// TestDocumentsOnlyMoveForward: the documents row keeps the position of the
+// event that last changed it, and a late write (an older version, an
+// earlier offset of the same log, a live write over a withdrawal of the
+// same version) leaves the row as it is.
+func TestDocumentsOnlyMoveForward(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	pos := func(offset int64) project.Position {
+		return project.Position{Topic: "documents", TopicID: project.TopicID{7}, Partition: 1, Offset: offset}
+	}
+	live := func(version, offset int64, texts ...string) project.Write {
+		d := storetest.Doc("d", version, texts...)
+		d.Position = pos(offset)
+		return project.Write{Live: []project.Document{d}}
+	}
+	withdrawn := func(version, offset int64) project.Write {
+		return project.Write{Withdrawn: []project.Withdrawal{{Key: "d", Version: version, Position: pos(offset)}}}
+	}
+	steps := []struct {
+		name   string
+		write  project.Write
+		want   project.State
+		chunks int
+	}{
+		{"first version", live(2, 10, "a", "b"), project.State{Version: 2, ContentHash: storetest.Doc("d", 2, "a", "b").ContentHash, Position: pos(10)}, 2},
+		{"an older version's late write", live(1, 5, "x"), project.State{Version: 2, ContentHash: storetest.Doc("d", 2, "a", "b").ContentHash, Position: pos(10)}, 2},
+		{"an older version's late withdrawal", withdrawn(1, 6), project.State{Version: 2, ContentHash: storetest.Doc("d", 2, "a", "b").ContentHash, Position: pos(10)}, 2},
+		{"a tombstone withdraws at its place", withdrawn(2, 11), project.State{Version: 2, Withdrawn: true, Position: pos(11)}, 0},
+		{"a late live write of the withdrawn version", live(2, 10, "a", "b"), project.State{Version: 2, Withdrawn: true, Position: pos(11)}, 0},
+		{"a revival", live(3, 12, "c"), project.State{Version: 3, ContentHash: storetest.Doc("d", 3, "c").ContentHash, Position: pos(12)}, 1},
+	}
+	for _, st := range steps {
+		if err := s.Apply(ctx, &st.write, nil); err != nil {
+			t.Fatalf("%s: Apply: %v", st.name, err)
+		}
+		states, err := s.States(ctx, []string{"d"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := states["d"]; got != st.want {
+			t.Errorf("%s: state = %+v, want %+v", st.name, got, st.want)
+		}
+		counts, err := s.ChunkCounts(ctx, []string{"d"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if counts["d"] != st.chunks {
+			t.Errorf("%s: %d chunks, want %d", st.name, counts["d"], st.chunks)
+		}
+	}
+}
+
+// TestMigrateUpgradesPositions: a schema made before documents kept their
+// position gets, from the ledger, the position of each document's latest
+// event, so a tombstone before a revival stays a redelivery after the
+// upgrade.
+func TestMigrateUpgradesPositions(t *testing.T) {
+	s, schema := openUnmigrated(t)
+	ctx := context.Background()
+	old := []string{"CREATE SCHEMA " + pgx.Identifier{schema}.Sanitize(),
+		`CREATE TABLE schema_migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`,
+		migrations[0], migrations[1], `INSERT INTO schema_migrations (version) VALUES (1), (2)`,
+		`INSERT INTO documents (document_key, version, status, content_hash, title, source, chunk_count, correlation_id)
+			VALUES ('d', 3, 'live', 'h', '', '', 1, ''), ('never', 1, 'live', 'h', '', '', 0, '')`,
+		`INSERT INTO ledger (idempotency_key, document_key, version, op, content_hash, chunk_count, source_topic, source_partition, source_offset, correlation_id, writer, projected_at)
+			VALUES ('document:d:v2:withdraw', 'd', 2, 'withdraw', '', 0, 'documents', 1, 10, '', 'w', now() - interval '1 minute'),
+			       ('document:d:v3:upsert', 'd', 3, 'upsert', 'h', 1, 'documents', 1, 11, '', 'w', now())`,
+	}
+	for _, stmt := range old {
+		if _, err := s.pool.Exec(ctx, stmt); err != nil {
+			t.Fatalf("old schema: %v", err)
+		}
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	states, err := s.States(ctx, []string{"d", "never"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]project.State{
+		"d":     {Version: 3, ContentHash: "h", Position: project.Position{Topic: "documents", Partition: 1, Offset: 11}},
+		"never": {Version: 1, ContentHash: "h"},
+	}
+	for key, w := range want {
+		if got := states[key]; got != w {
+			t.Errorf("state of %q after the upgrade = %+v, want %+v", key, got, w)
 		}
 	}
 }

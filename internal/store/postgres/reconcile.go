@@ -154,7 +154,7 @@ AND NOT EXISTS (SELECT 1 FROM documents d WHERE d.document_key = c.document_key)
 // left out of the write. Unknown keys are left out.
 func (s *Store) Reprojection(ctx context.Context, docKeys []string) (*project.Write, map[string][]int, error) {
 	rows, err := s.pool.Query(ctx, `
-SELECT document_key, version, status, content_hash, title, source, metadata::text, chunk_count, correlation_id
+SELECT document_key, version, status, content_hash, title, source, metadata::text, chunk_count, correlation_id, `+positionColumns+`
 FROM documents WHERE document_key = ANY($1) ORDER BY document_key`, docKeys)
 	if err != nil {
 		return nil, nil, classify(fmt.Errorf("read documents: %w", err))
@@ -165,10 +165,14 @@ FROM documents WHERE document_key = ANY($1) ORDER BY document_key`, docKeys)
 		status   string
 		metadata *string
 		count    int
+		pos      storedPosition
 	)
-	_, err = pgx.ForEachRow(rows, []any{&d.Key, &d.Version, &status, &d.ContentHash, &d.Title, &d.Source, &metadata, &count, &d.CorrelationID}, func() error {
+	targets := append([]any{&d.Key, &d.Version, &status, &d.ContentHash, &d.Title, &d.Source, &metadata, &count, &d.CorrelationID}, pos.targets()...)
+	_, err = pgx.ForEachRow(rows, targets, func() error {
+		// The repair writes the row back as it is, position included.
+		d.Position = pos.position()
 		if status == statusWithdrawn {
-			w.Withdrawn = append(w.Withdrawn, project.Withdrawal{Key: d.Key, Version: d.Version})
+			w.Withdrawn = append(w.Withdrawn, project.Withdrawal{Key: d.Key, Version: d.Version, Position: d.Position})
 			return nil
 		}
 		doc := d

@@ -82,6 +82,16 @@ func Run(t *testing.T, s Store, prefix string) {
 			want:  map[string][]uuid.UUID{a: keys.ChunkIDs(a, 2, 1), b: keys.ChunkIDs(b, 1, 2)},
 		},
 		{
+			name:  "an older version's late write changes nothing",
+			write: project.Write{Live: []project.Document{Doc(a, 1, "one", "two", "three")}},
+			want:  map[string][]uuid.UUID{a: keys.ChunkIDs(a, 2, 1), b: keys.ChunkIDs(b, 1, 2)},
+		},
+		{
+			name:  "an older version's late withdrawal removes nothing",
+			write: project.Write{Withdrawn: []project.Withdrawal{{Key: a, Version: 1}}},
+			want:  map[string][]uuid.UUID{a: keys.ChunkIDs(a, 2, 1), b: keys.ChunkIDs(b, 1, 2)},
+		},
+		{
 			name:  "withdrawal removes every chunk",
 			write: project.Write{Withdrawn: []project.Withdrawal{{Key: b, Version: 1}}},
 			want:  map[string][]uuid.UUID{a: keys.ChunkIDs(a, 2, 1)},

@@ -1,0 +1,226 @@
+package consume
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kgo"
+	"go.uber.org/goleak"
+	"go.uber.org/zap"
+
+	"github.com/projector/projector/internal/health"
+	"github.com/projector/projector/internal/project"
+)
+
+// The consumer starts a goroutine per partition and one for the lag; goleak
+// fails the run if one outlives Run.
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+const testTopic = "documents"
+
+// cluster is an in-process Kafka (kfake) holding testTopic with
+// partitions partitions of records records each.
+type cluster struct {
+	t     *testing.T
+	addrs []string
+	adm   *kadm.Client
+}
+
+func newCluster(t *testing.T, partitions int32, records int) *cluster {
+	t.Helper()
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, testTopic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Close)
+	cl, err := kgo.NewClient(kgo.SeedBrokers(c.ListenAddrs()...), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cl.Close)
+	var recs []*kgo.Record
+	for p := range partitions {
+		for range records {
+			recs = append(recs, &kgo.Record{Topic: testTopic, Partition: p, Key: []byte("k"), Value: []byte("v")})
+		}
+	}
+	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
+		t.Fatal(err)
+	}
+	return &cluster{t: t, addrs: c.ListenAddrs(), adm: kadm.NewClient(cl)}
+}
+
+// committed returns the group's committed offset per partition; a
+// partition without a commit is absent.
+func (c *cluster) committed(group string) map[int32]int64 {
+	c.t.Helper()
+	offsets, err := c.adm.FetchOffsets(context.Background(), group)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	out := map[int32]int64{}
+	offsets.Each(func(o kadm.OffsetResponse) {
+		if o.Err == nil && o.At >= 0 {
+			out[o.Partition] = o.At
+		}
+	})
+	return out
+}
+
+// member is one running Consumer of the group.
+type member struct {
+	c      *Consumer
+	health *health.Status
+	stop   func()
+}
+
+func (c *cluster) start(group string, h Handler) *member {
+	c.t.Helper()
+	status := health.New()
+	cons, err := New(Config{
+		Topic: testTopic, Group: group, BatchRecords: 100,
+		RebalanceTimeout: 10 * time.Second, RevokeTimeout: 200 * time.Millisecond,
+		SessionTimeout: 6 * time.Second, LagInterval: time.Hour,
+	}, zap.NewNop(), prometheus.NewRegistry(), status, h, kgo.SeedBrokers(c.addrs...))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- cons.Run(ctx) }()
+	m := &member{c: cons, health: status}
+	var once sync.Once
+	m.stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				c.t.Errorf("Run = %v, want nil on a requested stop", err)
+			}
+		})
+	}
+	c.t.Cleanup(m.stop)
+	return m
+}
+
+// handlerFunc adapts a function to Handler.
+type handlerFunc func(ctx context.Context, recs []*kgo.Record) error
+
+func (f handlerFunc) Handle(ctx context.Context, _ project.TopicID, recs []*kgo.Record) error {
+	return f(ctx, recs)
+}
+
+// waitFor polls cond until it holds; it fails the test only when cond never
+// holds, so no assertion depends on how long anything takes.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(30 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("never saw: %s", what)
+		}
+	}
+}
+
+// TestWorkerErrorHalts: an error Handle cannot retry past (not a
+// HaltError) halts the partition visibly: not ready with the cause,
+// projector_partition_halted 1, and nothing committed. Before, the worker
+// returned without a word and the poll loop blocked on its queue.
+func TestWorkerErrorHalts(t *testing.T) {
+	c := newCluster(t, 2, 3)
+	var mu sync.Mutex
+	handled := map[int32]int{}
+	m := c.start("halts", handlerFunc(func(_ context.Context, recs []*kgo.Record) error {
+		if recs[0].Partition == 0 {
+			return errors.New("read document states: permission denied")
+		}
+		mu.Lock()
+		handled[recs[0].Partition] += len(recs)
+		mu.Unlock()
+		return nil
+	}))
+	waitFor(t, "partition 0 halted and partition 1 committed", func() bool {
+		return slices.ContainsFunc(m.health.Problems(), func(p string) bool { return strings.Contains(p, "partition documents/0") }) &&
+			c.committed("halts")[1] == 3
+	})
+	problems := m.health.Problems()
+	want := "partition documents/0: halted: read document states: permission denied"
+	if !slices.Contains(problems, want) {
+		t.Errorf("problems = %q, want one %q", problems, want)
+	}
+	if got := testutil.ToFloat64(m.c.m.halted.WithLabelValues(testTopic, "0")); got != 1 {
+		t.Errorf("projector_partition_halted{partition=\"0\"} = %v, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.c.m.halted.WithLabelValues(testTopic, "1")); got != 0 {
+		t.Errorf("projector_partition_halted{partition=\"1\"} = %v, want 0", got)
+	}
+	m.stop()
+	if got := c.committed("halts"); len(got) != 1 || got[1] != 3 {
+		t.Errorf("committed = %v, want only partition 1 at 3", got)
+	}
+}
+
+// TestRevokeCancelsInFlight: a member whose batch cannot finish (a store
+// down) has it cancelled within RevokeTimeout when its partition is
+// revoked, and commits nothing for it afterwards, even when the handler
+// then reports success. The second member halts on whatever it gets, so
+// any commit the test sees is the first member's.
+func TestRevokeCancelsInFlight(t *testing.T) {
+	c := newCluster(t, 2, 3)
+	var mu sync.Mutex
+	inFlight, cancelled := map[int32]bool{}, map[int32]bool{}
+	stuck := handlerFunc(func(ctx context.Context, recs []*kgo.Record) error {
+		p := recs[0].Partition
+		mu.Lock()
+		inFlight[p] = true
+		mu.Unlock()
+		<-ctx.Done()
+		mu.Lock()
+		cancelled[p] = true
+		mu.Unlock()
+		return nil // a handler that ignores its cancellation
+	})
+	first := c.start("revoke", stuck)
+	waitFor(t, "the first member handling both partitions", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return inFlight[0] && inFlight[1]
+	})
+	second := c.start("revoke", handlerFunc(func(context.Context, []*kgo.Record) error {
+		return errors.New("second member refuses")
+	}))
+	var moved int32 = -1
+	waitFor(t, "a partition moved to the second member", func() bool {
+		for _, p := range second.health.Problems() {
+			for _, part := range []int32{0, 1} {
+				if strings.HasPrefix(p, fmt.Sprintf("partition %s/%d:", testTopic, part)) {
+					moved = part
+					return true
+				}
+			}
+		}
+		return false
+	})
+	mu.Lock()
+	wasCancelled := cancelled[moved]
+	mu.Unlock()
+	if !wasCancelled {
+		t.Errorf("the first member's batch of partition %d was not cancelled when the partition moved", moved)
+	}
+	if got := c.committed("revoke"); len(got) != 0 {
+		t.Errorf("committed = %v after the revoke, want nothing", got)
+	}
+	first.stop()
+	second.stop()
+	if got := c.committed("revoke"); len(got) != 0 {
+		t.Errorf("committed = %v after both members stopped, want nothing", got)
+	}
+}
