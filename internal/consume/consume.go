@@ -97,6 +97,10 @@ type Consumer struct {
 	// Run context by ShutdownTimeout so in-flight batches can finish.
 	workCtx    context.Context
 	cancelWork context.CancelFunc
+	// abortClient cancels the context of the client's own requests, so
+	// that a leave cut short by leave does not hold Close on a join the
+	// coordinator keeps waiting.
+	abortClient context.CancelFunc
 
 	joined atomic.Bool
 
@@ -149,8 +153,11 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer, h *health.Statu
 	}
 	c.workCtx, c.cancelWork = context.WithCancel(context.Background())
 	c.m = newMetrics(reg, c.oldestPendingAge)
+	clientCtx, abortClient := context.WithCancel(context.Background())
+	c.abortClient = abortClient
 	opts := append([]kgo.Opt{}, base...)
 	opts = append(opts,
+		kgo.WithContext(clientCtx),
 		kgo.ConsumerGroup(cfg.Group),
 		kgo.ConsumeTopics(cfg.Topic),
 		kgo.DisableAutoCommit(),
@@ -174,6 +181,7 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer, h *health.Statu
 	cl, err := kgo.NewClient(opts...)
 	if err != nil {
 		c.cancelWork()
+		abortClient()
 		return nil, fmt.Errorf("kafka consumer client: %w", err)
 	}
 	c.cl = cl
@@ -189,6 +197,7 @@ func (c *Consumer) Ready() bool { return c.joined.Load() }
 // It returns nil on a requested shutdown.
 func (c *Consumer) Run(ctx context.Context) error {
 	defer c.cancelWork()
+	defer c.abortClient()
 	lagCtx, stopLag := context.WithCancel(ctx)
 	lagDone := make(chan struct{})
 	go func() {
@@ -206,8 +215,36 @@ func (c *Consumer) Run(ctx context.Context) error {
 		c.cancelWork()
 	})
 	defer timer.Stop()
+	c.leave()
 	c.cl.CloseAllowingRebalance()
 	return pollErr
+}
+
+// idleLeaveTimeout bounds the wait to leave the group when no batch is in
+// flight: well inside the 10 s in which an orchestrator expects a stopped
+// process to go.
+const idleLeaveTimeout = 5 * time.Second
+
+// leave leaves the group, waiting for what it must: the revoke of every
+// partition, in which the workers finish and commit their batches. Leaving
+// also waits for a join or sync in flight, and a coordinator holds a join
+// until the members it waits for rejoin or their sessions expire (members
+// just killed, say): with no batch to finish, that wait is cut at
+// idleLeaveTimeout. Close is then immediate, and the group drops this
+// member after its session timeout, as it would a crashed one.
+func (c *Consumer) leave() {
+	wait := c.cfg.ShutdownTimeout
+	if c.oldestPendingAge() == 0 {
+		wait = idleLeaveTimeout
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	c.cl.AllowRebalance()
+	if err := c.cl.LeaveGroupContext(ctx); errors.Is(err, context.DeadlineExceeded) {
+		c.log.Warn("stopping without waiting longer to leave the group: the group drops this member after its session timeout",
+			zap.Duration("waited", wait), zap.Duration("session_timeout", c.cfg.SessionTimeout))
+		c.abortClient()
+	}
 }
 
 func (c *Consumer) poll(ctx context.Context) error {

@@ -26,8 +26,15 @@ import (
 // collection of the test's own that its clean-up deletes.
 func openTest(t *testing.T, dim int) *Store {
 	t.Helper()
+	return openWith(t, Config{Dim: dim, UpsertBatch: 2})
+}
+
+// openWith is openTest with the rest of cfg as given.
+func openWith(t *testing.T, cfg Config) *Store {
+	t.Helper()
 	ctx := context.Background()
-	s, err := Open(Config{Addr: testenv.QdrantAddr(t), Collection: fmt.Sprintf("test_%d", time.Now().UnixNano()), Dim: dim, UpsertBatch: 2})
+	cfg.Addr, cfg.Collection = testenv.QdrantAddr(t), fmt.Sprintf("test_%d", time.Now().UnixNano())
+	s, err := Open(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -196,19 +203,8 @@ func TestUpsertBoundedInBytes(t *testing.T) {
 }
 
 func TestMigrateCreatesShards(t *testing.T) {
-	ctx := context.Background()
-	s, err := Open(Config{Addr: testenv.QdrantAddr(t), Collection: fmt.Sprintf("shards_%d", time.Now().UnixNano()), Dim: storetest.Dim, Shards: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = s.client.DeleteCollection(ctx, s.cfg.Collection)
-		_ = s.Close()
-	})
-	if err := s.Migrate(ctx); err != nil {
-		t.Fatal(err)
-	}
-	info, err := s.client.GetCollectionInfo(ctx, s.cfg.Collection)
+	s := openWith(t, Config{Dim: storetest.Dim, Shards: 3})
+	info, err := s.client.GetCollectionInfo(context.Background(), s.cfg.Collection)
 	if err != nil {
 		t.Fatal(err)
 	}
