@@ -54,8 +54,14 @@ func TestObservability(t *testing.T) {
 	// it, the pending batch is forgotten right after that.
 	m := p.waitMetrics(30*time.Second, "a ready projector with no lag and no record pending", func(m map[string]float64) bool {
 		lags := series(m, "projector_consumer_lag")
-		if len(lags) != len(withRecords) || m["projector_oldest_uncommitted_age_seconds"] != 0 || m["projector_ready"] != 1 {
+		ages := series(m, "projector_oldest_uncommitted_age_seconds")
+		if len(lags) != len(withRecords) || len(ages) != w.partitions || m["projector_ready"] != 1 {
 			return false
+		}
+		for _, v := range ages {
+			if v != 0 {
+				return false
+			}
 		}
 		for _, v := range lags {
 			if v != 0 {

@@ -152,7 +152,7 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer, h *health.Statu
 		workers: map[partitionKey]*worker{},
 	}
 	c.workCtx, c.cancelWork = context.WithCancel(context.Background())
-	c.m = newMetrics(reg, c.oldestPendingAge)
+	c.m = newMetrics(reg, c.pendingAges)
 	clientCtx, abortClient := context.WithCancel(context.Background())
 	c.abortClient = abortClient
 	opts := append([]kgo.Opt{}, base...)
@@ -234,7 +234,7 @@ const idleLeaveTimeout = 5 * time.Second
 // member after its session timeout, as it would a crashed one.
 func (c *Consumer) leave() {
 	wait := c.cfg.ShutdownTimeout
-	if c.oldestPendingAge() == 0 {
+	if !c.busy() {
 		wait = idleLeaveTimeout
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), wait)
@@ -397,19 +397,27 @@ func (c *Consumer) stopWorkers(parts map[string][]int32, why string) {
 	}
 }
 
-// oldestPendingAge is the age of the oldest record received and not yet
-// committed, over all partitions; 0 when none is pending.
-func (c *Consumer) oldestPendingAge() float64 {
+// pendingAges is, per assigned partition, the age of the oldest record
+// received and not yet committed; 0 when none is pending.
+func (c *Consumer) pendingAges() map[partitionKey]float64 {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var oldest time.Time
-	for _, w := range c.workers {
-		if t := w.oldestPending(); !t.IsZero() && (oldest.IsZero() || t.Before(oldest)) {
-			oldest = t
+	out := make(map[partitionKey]float64, len(c.workers))
+	for k, w := range c.workers {
+		out[k] = 0
+		if t := w.oldestPending(); !t.IsZero() {
+			out[k] = time.Since(t).Seconds()
 		}
 	}
-	if oldest.IsZero() {
-		return 0
+	return out
+}
+
+// busy reports whether a batch of any partition is queued or in flight.
+func (c *Consumer) busy() bool {
+	for _, age := range c.pendingAges() {
+		if age > 0 {
+			return true
+		}
 	}
-	return time.Since(oldest).Seconds()
+	return false
 }

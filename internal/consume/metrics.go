@@ -17,7 +17,7 @@ type metrics struct {
 	fetchErrors   prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer, oldestAge func() float64) *metrics {
+func newMetrics(reg prometheus.Registerer, pendingAges func() map[partitionKey]float64) *metrics {
 	m := &metrics{
 		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "projector_consumer_lag",
@@ -45,15 +45,30 @@ func newMetrics(reg prometheus.Registerer, oldestAge func() float64) *metrics {
 			Help: "Fetch errors reported by the Kafka client after its own retries.",
 		}),
 	}
-	oldest := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "projector_oldest_uncommitted_age_seconds",
-		Help: "Age of the oldest record received and not yet committed, over all partitions; 0 when none. A growing value is a stuck partition.",
-	}, oldestAge)
+	oldest := &ageCollector{ages: pendingAges, desc: prometheus.NewDesc("projector_oldest_uncommitted_age_seconds",
+		"Age of the oldest record received and not yet committed, per assigned partition; 0 when none. A growing value is a stuck partition.",
+		[]string{"topic", "partition"}, nil)}
 	for _, r := range project.HaltReasons() {
 		m.halts.WithLabelValues(string(r))
 	}
 	reg.MustRegister(m.lag, m.halted, m.halts, m.commitSeconds, m.commitErrors, m.fetchErrors, oldest)
 	return m
+}
+
+// ageCollector exports the age of each assigned partition's oldest
+// uncommitted record, read at scrape time, so the series follow the
+// assignment without being created or forgotten.
+type ageCollector struct {
+	desc *prometheus.Desc
+	ages func() map[partitionKey]float64
+}
+
+func (a *ageCollector) Describe(ch chan<- *prometheus.Desc) { ch <- a.desc }
+
+func (a *ageCollector) Collect(ch chan<- prometheus.Metric) {
+	for k, v := range a.ages() {
+		ch <- prometheus.MustNewConstMetric(a.desc, prometheus.GaugeValue, v, k.topic, strconv.Itoa(int(k.partition)))
+	}
 }
 
 // forget drops the series of a partition this member no longer owns.
