@@ -59,6 +59,8 @@ func commands() []command {
 		{name: "ledger-prune", summary: "delete ledger rows older than the retention, keeping current versions' rows", run: ledgerPruneCommand},
 		{name: "bench", summary: "measure throughput end to end against the real services, next to the stores' ceiling and a naive projector", run: benchCommand},
 		{name: "redrive", summary: "publish chosen dead letters (by reason, time or offset) back to the document topic, once", run: redriveCommand},
+		{name: "partitions", summary: "list the partitions of a running projector, with their state (its --admin-addr)", run: partitionsCommand},
+		{name: "resume", summary: "resume a halted partition of a running projector without a restart", run: resumeCommand},
 		{name: "migrate", summary: "prepare the three stores (collection, constraints, schema migrations) for this build, then exit", run: migrateCommand},
 		{name: "version", summary: "print the version and commit of this build", run: versionCommand},
 	}

@@ -138,3 +138,13 @@ func TestKafkaClientLogsAtTheChosenLevel(t *testing.T) {
 		}
 	}
 }
+
+// TestAdminEndpointNeedsTokenBeyondLoopback refuses an admin endpoint that
+// other machines can reach without a token, before anything is started.
+func TestAdminEndpointNeedsTokenBeyondLoopback(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), []string{"run", "--admin-addr", "0.0.0.0:8081"}, strings.NewReader(""), &stdout, &stderr, func(string) string { return "" })
+	if code != exitUsage || !strings.Contains(stderr.String(), "--admin-token-file") {
+		t.Errorf("run --admin-addr 0.0.0.0:8081 without a token: exit %d, %q; want %d naming --admin-token-file", code, stderr.String(), exitUsage)
+	}
+}

@@ -21,6 +21,7 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
+	"github.com/projector/projector/internal/admin"
 	"github.com/projector/projector/internal/buildinfo"
 	"github.com/projector/projector/internal/consume"
 	"github.com/projector/projector/internal/dlq"
@@ -68,7 +69,12 @@ type runFlags struct {
 	retryMax        time.Duration
 	traceTopic      string
 	migrate         bool
+	adminAddr       string
+	adminToken      secretFile
 }
+
+// adminTokenEnv holds the admin endpoint's bearer token when no file does.
+const adminTokenEnv = "PROJECTOR_ADMIN_TOKEN"
 
 func (f *runFlags) register(fs *flag.FlagSet) {
 	f.log.register(fs)
@@ -101,6 +107,9 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.revokeTimeout, "revoke-timeout", 20*time.Second, "time a revoked partition's in-flight batch gets to finish and commit before it is cancelled uncommitted; must be below --rebalance-timeout")
 	fs.StringVar(&f.groupInstanceID, "group-instance-id", "", "static group membership id (KIP-345): a restarted process with the same id gets its partitions back at once; one distinct id per process (e.g. the pod name of a StatefulSet)")
 	fs.DurationVar(&f.retryMax, "retry-max", 30*time.Second, "longest wait between retries of a failing store")
+	fs.StringVar(&f.adminAddr, "admin-addr", "", "serve the admin endpoint (list partitions, resume a halted one) on this address, e.g. 127.0.0.1:8081; off when empty; anything but loopback needs --admin-token-file")
+	f.adminToken.envVar = adminTokenEnv
+	fs.Var(&f.adminToken, "admin-token-file", "file holding the bearer token the admin endpoint requires (or set "+adminTokenEnv+")")
 	fs.BoolVar(&f.migrate, "migrate", true, "apply the PostgreSQL schema migrations this build lacks at start; false: refuse a schema that is not at this build's version (migrate with projector migrate first)")
 	fs.StringVar(&f.traceTopic, "trace-topic", "", "when set, write a record per event and stage (received, projected, failed) to this topic, keyed by the idempotency key")
 }
@@ -163,6 +172,9 @@ func runService(ctx context.Context, f *runFlags, log *zap.Logger, getenv func(s
 	onMismatch := project.FencePolicy(f.onFenceMismatch)
 	if onMismatch != project.FenceDLQ && onMismatch != project.FenceHalt {
 		return usageError(fmt.Errorf("--on-fence-mismatch %q: want dlq or halt", f.onFenceMismatch))
+	}
+	if f.adminAddr != "" && !admin.Loopback(f.adminAddr) && f.adminToken.secret == "" {
+		return usageError(fmt.Errorf("--admin-addr %s is reachable from other machines: give a token with --admin-token-file or %s, or listen on 127.0.0.1", f.adminAddr, adminTokenEnv))
 	}
 	if f.instanceID == "" {
 		host, _ := os.Hostname()
@@ -288,6 +300,10 @@ func serve(ctx context.Context, f *runFlags, log *zap.Logger, reg *prometheus.Re
 	status.Recover("startup")
 	g, gctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return cons.Run(gctx) })
+	if f.adminAddr != "" {
+		srv := admin.New(admin.Config{Addr: f.adminAddr, Token: f.adminToken.secret}, log.With(zap.String("component", "admin")), cons)
+		g.Go(func() error { return srv.Run(gctx) })
+	}
 	g.Go(func() error {
 		return status.Watch(gctx, log.With(zap.String("component", "health")), 5*time.Second, st.index, st.graph, st.relational)
 	})

@@ -15,10 +15,13 @@
 package consume
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -109,6 +112,128 @@ type Consumer struct {
 	// scrape reads under mu.
 	mu      sync.Mutex
 	workers map[partitionKey]*worker
+	// wake, under mu, ends the poll in progress, so that a resume request
+	// is served at once even when no partition has records.
+	wake context.CancelFunc
+	// resumes carries Resume's requests to the poll loop, which alone may
+	// set fetch positions (see kgo.Client.SetOffsets).
+	resumes chan resumeRequest
+}
+
+// resumeRequest asks the poll loop to resume a halted partition.
+type resumeRequest struct {
+	key  partitionKey
+	done chan error
+}
+
+// The errors of Resume, for its callers to tell apart.
+var (
+	ErrNotAssigned = errors.New("the partition is not assigned to this member")
+	ErrNotHalted   = errors.New("the partition is not halted")
+)
+
+// PartitionState is what the admin endpoint lists of an assigned partition.
+type PartitionState struct {
+	Topic     string `json:"topic"`
+	Partition int32  `json:"partition"`
+	// State is "running" or "halted".
+	State string `json:"state"`
+	// Reason and Cause say why a halted partition halted.
+	Reason string `json:"reason,omitempty"`
+	Cause  string `json:"cause,omitempty"`
+	// NextOffset is the next offset to commit, -1 until known.
+	NextOffset int64 `json:"next_offset"`
+	// Lag is the records between NextOffset and the high watermark, -1
+	// until both are known.
+	Lag int64 `json:"lag"`
+	// OldestUncommittedSeconds is the age of the oldest record received
+	// and not committed; 0 when none.
+	OldestUncommittedSeconds float64 `json:"oldest_uncommitted_seconds"`
+}
+
+// Partitions lists the partitions this member owns, in order.
+func (c *Consumer) Partitions() []PartitionState {
+	c.mu.Lock()
+	workers := make([]*worker, 0, len(c.workers))
+	for _, w := range c.workers {
+		workers = append(workers, w)
+	}
+	c.mu.Unlock()
+	out := make([]PartitionState, 0, len(workers))
+	for _, w := range workers {
+		out = append(out, w.state())
+	}
+	slices.SortFunc(out, func(a, b PartitionState) int {
+		return cmp.Or(strings.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
+	})
+	return out
+}
+
+// Resume resumes a halted partition without a restart, once its cause is
+// fixed: fetching starts again at its first uncommitted record, and
+// nothing of the other partitions moves. It returns ErrNotAssigned or
+// ErrNotHalted when there is nothing to resume. A partition that fails
+// again halts again.
+func (c *Consumer) Resume(ctx context.Context, topic string, partition int32) error {
+	req := resumeRequest{key: partitionKey{topic, partition}, done: make(chan error, 1)}
+	select {
+	case c.resumes <- req:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	c.mu.Lock()
+	if c.wake != nil {
+		c.wake()
+	}
+	c.mu.Unlock()
+	select {
+	case err := <-req.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// serveResumes serves the pending resume requests; the poll loop calls it
+// between polls, while no revoke can run.
+func (c *Consumer) serveResumes() {
+	for {
+		select {
+		case req := <-c.resumes:
+			req.done <- c.resume(req.key)
+		default:
+			return
+		}
+	}
+}
+
+func (c *Consumer) resume(k partitionKey) error {
+	c.mu.Lock()
+	w := c.workers[k]
+	c.mu.Unlock()
+	if w == nil {
+		return ErrNotAssigned
+	}
+	if !w.halted.Load() {
+		return ErrNotHalted
+	}
+	w.mu.Lock()
+	next := w.next
+	w.mu.Unlock()
+	if next < 0 {
+		return fmt.Errorf("the position of %s/%d is not known yet", k.topic, k.partition)
+	}
+	c.cl.SetOffsets(map[string]map[int32]kgo.EpochOffset{k.topic: {k.partition: {Epoch: -1, Offset: next}}})
+	resumed := make(chan struct{})
+	select {
+	case w.resume <- resumed:
+		<-resumed
+	case <-w.done:
+		return ErrNotAssigned
+	}
+	c.cl.ResumeFetchPartitions(map[string][]int32{k.topic: {k.partition}})
+	c.log.Info("partition resumed", zap.String("topic", k.topic), zap.Int32("partition", k.partition), zap.Int64("offset", next))
+	return nil
 }
 
 type partitionKey struct {
@@ -150,6 +275,7 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer, h *health.Statu
 	c := &Consumer{
 		cfg: cfg, log: log, health: h, handler: handler,
 		workers: map[partitionKey]*worker{},
+		resumes: make(chan resumeRequest, 16),
 	}
 	c.workCtx, c.cancelWork = context.WithCancel(context.Background())
 	c.m = newMetrics(reg, c.pendingAges)
@@ -249,7 +375,15 @@ func (c *Consumer) leave() {
 
 func (c *Consumer) poll(ctx context.Context) error {
 	for {
-		fetches := c.cl.PollRecords(ctx, c.cfg.MaxPollRecords)
+		pollCtx, wake := context.WithCancel(ctx)
+		c.mu.Lock()
+		c.wake = wake
+		c.mu.Unlock()
+		fetches := c.cl.PollRecords(pollCtx, c.cfg.MaxPollRecords)
+		c.mu.Lock()
+		c.wake = nil
+		c.mu.Unlock()
+		wake()
 		if fetches.IsClientClosed() || ctx.Err() != nil {
 			// Records of this poll are not handed out; they were not
 			// committed, so the next owner gets them again.
@@ -281,6 +415,7 @@ func (c *Consumer) poll(ctx context.Context) error {
 				w.enqueue(ctx, project.TopicID(t.TopicID), p.Records, p.HighWatermark)
 			}
 		})
+		c.serveResumes()
 		c.cl.AllowRebalance()
 		if fatal != nil {
 			return fatal

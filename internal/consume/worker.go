@@ -36,6 +36,9 @@ type worker struct {
 	// halted is set when the partition halts; the poll loop then drops the
 	// partition's records instead of waiting on the queue.
 	halted atomic.Bool
+	// resume takes the poll loop's request to resume a halted partition;
+	// the halt loop closes the channel it is sent once it has resumed.
+	resume chan chan struct{}
 
 	// mu guards pending, next and highWatermark, read by the metrics
 	// scrape and written by the poll loop and the worker.
@@ -44,6 +47,9 @@ type worker struct {
 	pending       []time.Time
 	next          int64 // next offset to commit; -1 until known
 	highWatermark int64
+	// haltReason and haltCause say why the partition is halted, "" when
+	// it is not.
+	haltReason, haltCause string
 }
 
 type polled struct {
@@ -58,11 +64,12 @@ func newWorker(c *Consumer, topic string, partition int32) (*worker, context.Con
 	ctx, cancel := context.WithCancel(c.workCtx)
 	return &worker{
 		c: c, topic: topic, partition: partition, cancel: cancel,
-		queue: make(chan polled, 1),
-		quit:  make(chan struct{}),
-		done:  make(chan struct{}),
-		log:   c.log.With(zap.String("topic", topic), zap.Int32("partition", partition)),
-		next:  -1,
+		queue:  make(chan polled, 1),
+		quit:   make(chan struct{}),
+		done:   make(chan struct{}),
+		resume: make(chan chan struct{}),
+		log:    c.log.With(zap.String("topic", topic), zap.Int32("partition", partition)),
+		next:   -1,
 	}, ctx
 }
 
@@ -122,8 +129,9 @@ func (w *worker) handle(ctx context.Context, topicID project.TopicID, recs []*kg
 			return false
 		}
 		if err != nil {
-			w.halt(err)
-			return false
+			// Resumed, the rest of recs goes: fetching starts again at
+			// the first uncommitted record.
+			return w.halt(err)
 		}
 		w.commit(ctx, batch[n-1])
 		recs = recs[n:]
@@ -138,18 +146,22 @@ func (w *worker) handle(ctx context.Context, topicID project.TopicID, recs []*kg
 	return true
 }
 
-// halt stops handling the partition until it is revoked or the service
-// stops: after a *project.HaltError (the fence policy halt), or after any
-// other error Handle returns, which its own retries could not get past (a
-// store rejected a read). Nothing more is committed, the service reports
-// not ready, projector_partition_halted is 1, and the age of the oldest
-// pending record grows, which alerts. Fetching the partition is paused so
-// the other partitions go on, and what was polled before the pause is
-// dropped, so the poll loop never waits on a halted partition.
-func (w *worker) halt(err error) {
+// halt stops handling the partition until it is resumed (Consumer.Resume),
+// revoked, or the service stops: after a *project.HaltError (the fence
+// policy halt), or after any other error Handle returns, which its own
+// retries could not get past (a store rejected a read). Nothing more is
+// committed, the service reports not ready, projector_partition_halted is
+// 1, and the age of the oldest pending record grows, which alerts. Fetching
+// the partition is paused so the other partitions go on, and what was
+// polled before the pause is dropped, so the poll loop never waits on a
+// halted partition. It reports whether the partition was resumed.
+func (w *worker) halt(err error) bool {
 	component := "partition " + w.topic + "/" + strconv.Itoa(int(w.partition))
 	reason := string(project.ReasonOf(err))
-	w.log.Error("partition halted: nothing more is committed on it until the cause is fixed and the service restarted", zap.String("reason", reason), zap.Error(err))
+	w.log.Error("partition halted: nothing more is committed on it until the cause is fixed and it is resumed or the service restarted", zap.String("reason", reason), zap.Error(err))
+	w.mu.Lock()
+	w.haltReason, w.haltCause = reason, err.Error()
+	w.mu.Unlock()
 	w.c.health.Fail(component, "halted: "+err.Error())
 	w.c.m.halted.WithLabelValues(w.topic, strconv.Itoa(int(w.partition))).Set(1)
 	w.c.m.halts.WithLabelValues(reason).Inc()
@@ -159,7 +171,26 @@ func (w *worker) halt(err error) {
 		select {
 		case <-w.quit:
 			w.c.health.Recover(component)
-			return
+			return false
+		case resumed := <-w.resume:
+			// The poll loop has set the fetch position back to the first
+			// uncommitted record; what was polled before is dropped.
+			for drained := false; !drained; {
+				select {
+				case <-w.queue:
+				default:
+					drained = true
+				}
+			}
+			w.mu.Lock()
+			w.pending = w.pending[:0]
+			w.haltReason, w.haltCause = "", ""
+			w.mu.Unlock()
+			w.c.m.halted.WithLabelValues(w.topic, strconv.Itoa(int(w.partition))).Set(0)
+			w.c.health.Recover(component)
+			w.halted.Store(false)
+			close(resumed)
+			return true
 		case <-w.queue:
 			// Polled before the pause took effect: dropped uncommitted.
 		}
@@ -204,6 +235,24 @@ func (w *worker) updateLag() {
 		lag = 0
 	}
 	w.c.m.lag.WithLabelValues(w.topic, strconv.Itoa(int(w.partition))).Set(float64(lag))
+}
+
+// state is what Consumer.Partitions lists of the worker's partition.
+func (w *worker) state() PartitionState {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	s := PartitionState{Topic: w.topic, Partition: w.partition, State: "running", Reason: w.haltReason, Cause: w.haltCause,
+		NextOffset: w.next, Lag: -1}
+	if w.halted.Load() {
+		s.State = "halted"
+	}
+	if w.next >= 0 && w.highWatermark >= w.next {
+		s.Lag = w.highWatermark - w.next
+	}
+	if len(w.pending) > 0 {
+		s.OldestUncommittedSeconds = time.Since(w.pending[0]).Seconds()
+	}
+	return s
 }
 
 func (w *worker) popPending() {
