@@ -245,7 +245,7 @@ func TestKubernetesStatefulSet(t *testing.T) {
 		path  string
 	}{
 		{"startupProbe", c.StartupProbe, "/healthz"},
-		{"livenessProbe", c.LivenessProbe, "/healthz"},
+		{"livenessProbe", c.LivenessProbe, "/livez"},
 		{"readinessProbe", c.ReadinessProbe, "/readyz"},
 	}
 	for _, tt := range tests {

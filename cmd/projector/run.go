@@ -69,6 +69,7 @@ type runFlags struct {
 	retryMax        time.Duration
 	traceTopic      string
 	migrate         bool
+	livenessTimeout time.Duration
 	adminAddr       string
 	adminToken      secretFile
 }
@@ -104,6 +105,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 25*time.Second, "time in-flight batches get to finish on SIGTERM before they are abandoned uncommitted")
 	fs.DurationVar(&f.sessionTimeout, "session-timeout", 45*time.Second, "how long the group waits for a silent member before moving its partitions (the broker bounds it, 6s..30m by default)")
 	fs.DurationVar(&f.rebalance, "rebalance-timeout", 60*time.Second, "how long the group waits for its members to give up revoked partitions in a rebalance")
+	fs.DurationVar(&f.livenessTimeout, "liveness-timeout", 5*time.Minute, "/livez fails when the poll loop has waited this long for records while the brokers say a partition it fetches has some (a wedged client; a slow store or a broker outage does not count)")
 	fs.DurationVar(&f.revokeTimeout, "revoke-timeout", 20*time.Second, "time a revoked partition's in-flight batch gets to finish and commit before it is cancelled uncommitted; must be below --rebalance-timeout")
 	fs.StringVar(&f.groupInstanceID, "group-instance-id", "", "static group membership id (KIP-345): a restarted process with the same id gets its partitions back at once; one distinct id per process (e.g. the pod name of a StatefulSet)")
 	fs.DurationVar(&f.retryMax, "retry-max", 30*time.Second, "longest wait between retries of a failing store")
@@ -290,6 +292,7 @@ func serve(ctx context.Context, f *runFlags, log *zap.Logger, reg *prometheus.Re
 		Topic: f.topic, Group: f.group, MaxPollRecords: f.maxPollRecords, BatchRecords: f.batchRecords,
 		FetchMaxBytes: int32(f.fetchMaxBytes), FetchMaxPartitionBytes: int32(f.fetchPartBytes), ShutdownTimeout: f.shutdownTimeout,
 		SessionTimeout: f.sessionTimeout, RebalanceTimeout: f.rebalance, RevokeTimeout: f.revokeTimeout, InstanceID: f.groupInstanceID,
+		StallTimeout: f.livenessTimeout,
 	}, log.With(zap.String("component", "consume")), reg, status, proj, append(base, kgo.ClientID("projector"),
 		kgo.WithHooks(kprom.NewMetrics("projector_kafka", kprom.Registerer(reg))))...)
 	if err != nil {
@@ -299,6 +302,7 @@ func serve(ctx context.Context, f *runFlags, log *zap.Logger, reg *prometheus.Re
 		zap.String("fence", string(fenceMode)), zap.String("on_conflict", string(onConflict)), zap.String("on_fence_mismatch", string(onMismatch)))
 	status.Recover("startup")
 	g, gctx := errgroup.WithContext(ctx)
+	status.SetLiveness(cons.Stalled)
 	g.Go(func() error { return cons.Run(gctx) })
 	if f.adminAddr != "" {
 		srv := admin.New(admin.Config{Addr: f.adminAddr, Token: f.adminToken.secret}, log.With(zap.String("component", "admin")), cons)

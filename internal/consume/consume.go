@@ -85,6 +85,10 @@ type Config struct {
 	// for the lag gauge, so it keeps growing while polling stands still
 	// (a store is down and the partition queues are full).
 	LagInterval time.Duration
+	// StallTimeout is how long the poll loop may wait for records while
+	// a partition it fetches lags before Stalled reports it wedged
+	// (default 5 minutes).
+	StallTimeout time.Duration
 }
 
 // Consumer is a group member of the document topic.
@@ -106,6 +110,10 @@ type Consumer struct {
 	abortClient context.CancelFunc
 
 	joined atomic.Bool
+	// pollingSince is when the poll loop entered the poll it waits in
+	// (unix nanoseconds), 0 while it is not polling; lagRead is when the
+	// brokers last answered the end offsets. Stalled reads both.
+	pollingSince, lagRead atomic.Int64
 
 	// mu guards workers. The poll loop and the group callbacks, which
 	// BlockRebalanceOnPoll serialises, are the only writers; the metrics
@@ -194,6 +202,31 @@ func (c *Consumer) Resume(ctx context.Context, topic string, partition int32) er
 	}
 }
 
+// Stalled reports a wedged poll loop: it has waited for records for over
+// StallTimeout while the brokers, which answered the end offsets lately,
+// say that a partition it fetches (one not halted) has records it has not
+// received. A poll loop held back by a slow store is not stalled: it waits
+// in handing records to a worker, not in the poll. Neither is one during a
+// broker outage, when the end offsets cannot be read: restarting helps
+// neither. What a restart may cure (a client that stopped fetching) it
+// reports, for a liveness probe.
+func (c *Consumer) Stalled() error {
+	since := c.pollingSince.Load()
+	if since == 0 {
+		return nil
+	}
+	waited := time.Since(time.Unix(0, since))
+	if waited < c.cfg.StallTimeout || time.Since(time.Unix(0, c.lagRead.Load())) > 3*c.cfg.LagInterval {
+		return nil
+	}
+	for _, p := range c.Partitions() {
+		if p.State == "running" && p.Lag > 0 && p.OldestUncommittedSeconds == 0 {
+			return fmt.Errorf("the poll loop has waited %s for records while %s/%d lags %d records", waited.Round(time.Second), p.Topic, p.Partition, p.Lag)
+		}
+	}
+	return nil
+}
+
 // serveResumes serves the pending resume requests; the poll loop calls it
 // between polls, while no revoke can run.
 func (c *Consumer) serveResumes() {
@@ -259,6 +292,9 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer, h *health.Statu
 	}
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = 25 * time.Second
+	}
+	if cfg.StallTimeout <= 0 {
+		cfg.StallTimeout = 5 * time.Minute
 	}
 	if cfg.LagInterval <= 0 {
 		cfg.LagInterval = 5 * time.Second
@@ -379,7 +415,9 @@ func (c *Consumer) poll(ctx context.Context) error {
 		c.mu.Lock()
 		c.wake = wake
 		c.mu.Unlock()
+		c.pollingSince.Store(time.Now().UnixNano())
 		fetches := c.cl.PollRecords(pollCtx, c.cfg.MaxPollRecords)
+		c.pollingSince.Store(0)
 		c.mu.Lock()
 		c.wake = nil
 		c.mu.Unlock()
@@ -441,6 +479,7 @@ func (c *Consumer) refreshLag(ctx context.Context) {
 		if err != nil {
 			continue // polls and commits still update the gauge; the next tick tries again
 		}
+		c.lagRead.Store(time.Now().UnixNano())
 		// Under mu, so a partition revoked meanwhile is not given a
 		// series again after stopWorkers removed it.
 		c.mu.Lock()

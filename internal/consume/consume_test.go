@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.uber.org/goleak"
 	"go.uber.org/zap"
 
@@ -222,5 +223,94 @@ func TestRevokeCancelsInFlight(t *testing.T) {
 	second.stop()
 	if got := c.committed("revoke"); len(got) != 0 {
 		t.Errorf("committed = %v after both members stopped, want nothing", got)
+	}
+}
+
+// TestStalledPollLoop holds the broker's fetch answers while it reports
+// new records: the poll loop waits with a partition lagging, and Stalled,
+// which /livez serves, says so once StallTimeout passed; when fetches flow
+// again it clears.
+func TestStalledPollLoop(t *testing.T) {
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, testTopic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	producer, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...), kgo.DefaultProduceTopic(testTopic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer producer.Close()
+	produce := func(n int) {
+		for range n {
+			if err := producer.ProduceSync(context.Background(), &kgo.Record{Value: []byte("v")}).FirstErr(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	produce(3)
+	var (
+		mu      sync.Mutex
+		handled int
+	)
+	h := handlerFunc(func(_ context.Context, recs []*kgo.Record) error {
+		mu.Lock()
+		defer mu.Unlock()
+		handled += len(recs)
+		return nil
+	})
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return handled
+	}
+	cons, err := New(Config{
+		Topic: testTopic, Group: "stall", BatchRecords: 100, RebalanceTimeout: 10 * time.Second,
+		SessionTimeout: 6 * time.Second, LagInterval: 50 * time.Millisecond, StallTimeout: time.Second,
+	}, zap.NewNop(), prometheus.NewRegistry(), health.New(), h, kgo.SeedBrokers(kc.ListenAddrs()...), kgo.FetchMaxWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- cons.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	eventually(t, "the first records handled", func() bool { return count() == 3 })
+	if err := cons.Stalled(); err != nil {
+		t.Fatalf("Stalled with nothing lagging = %v, want nil", err)
+	}
+
+	release := make(chan struct{})
+	var releaseOnce sync.Once
+	unhold := func() { releaseOnce.Do(func() { close(release) }) }
+	defer unhold()
+	kc.ControlKey(int16(kmsg.Fetch), func(kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		kc.SleepControl(func() { <-release })
+		return nil, nil, false
+	})
+	time.Sleep(300 * time.Millisecond) // the fetch in flight ends; the next one is held
+	produce(2)
+	eventually(t, "Stalled to report the wedged poll loop", func() bool {
+		err := cons.Stalled()
+		return err != nil && strings.Contains(err.Error(), "lags 2 records")
+	})
+	if got := count(); got != 3 {
+		t.Fatalf("handled %d records while fetches were held, want 3", got)
+	}
+	unhold()
+	eventually(t, "the held records handled and Stalled clear", func() bool { return count() == 5 && cons.Stalled() == nil })
+}
+
+// eventually polls cond for up to 10 s.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
 	}
 }

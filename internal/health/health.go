@@ -20,6 +20,29 @@ import (
 type Status struct {
 	mu       sync.Mutex
 	problems map[string]string
+	// live, when set, says whether the process is wedged (Live).
+	live func() error
+}
+
+// SetLiveness makes Live ask check; the consumer sets it once it exists,
+// after the HTTP server started.
+func (s *Status) SetLiveness(check func() error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.live = check
+}
+
+// Live returns why the process should be restarted, or nil: unlike a
+// problem, which readiness reports and which heals by itself, this is a
+// state that only a restart is expected to end.
+func (s *Status) Live() error {
+	s.mu.Lock()
+	check := s.live
+	s.mu.Unlock()
+	if check == nil {
+		return nil
+	}
+	return check()
 }
 
 // New returns a Status with no problems.

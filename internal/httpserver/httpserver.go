@@ -1,5 +1,5 @@
-// Package httpserver serves the operational endpoints: /metrics, /healthz
-// and /readyz, and nothing else. It builds its own mux, so nothing
+// Package httpserver serves the operational endpoints: /metrics, /healthz,
+// /livez and /readyz, and nothing else. It builds its own mux, so nothing
 // registered on http.DefaultServeMux (pprof, for one) is exposed by accident.
 package httpserver
 
@@ -46,6 +46,7 @@ func New(cfg Config, log *zap.Logger, gatherer prometheus.Gatherer, h *health.St
 		fmt.Fprintln(w, "ok")
 	})
 	mux.HandleFunc("GET /readyz", s.readyz)
+	mux.HandleFunc("GET /livez", s.livez)
 	if cfg.Pprof {
 		mux.HandleFunc("/debug/pprof/", pprof.Index)
 		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
@@ -73,7 +74,7 @@ func (s *Server) Run(ctx context.Context) error {
 
 // Serve serves on ln until ctx ends.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	s.log.Info("serving /metrics, /healthz and /readyz", zap.String("addr", ln.Addr().String()))
+	s.log.Info("serving /metrics, /healthz, /livez and /readyz", zap.String("addr", ln.Addr().String()))
 	errc := make(chan error, 1)
 	go func() { errc <- s.srv.Serve(ln) }()
 	select {
@@ -88,6 +89,18 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		err = serr
 	}
 	return err
+}
+
+// livez answers 200 unless the process is wedged in a way only a restart
+// cures (health.Status.Live), for a liveness probe; /healthz only says the
+// process serves HTTP.
+func (s *Server) livez(w http.ResponseWriter, _ *http.Request) {
+	if err := s.health.Live(); err != nil {
+		w.WriteHeader(http.StatusServiceUnavailable)
+		fmt.Fprintln(w, "not live:", err)
+		return
+	}
+	fmt.Fprintln(w, "live")
 }
 
 // readyz answers 200 when no component reports a problem, otherwise 503

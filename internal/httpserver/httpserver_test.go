@@ -2,6 +2,7 @@ package httpserver
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -77,6 +78,7 @@ func TestServesOnlyItsEndpoints(t *testing.T) {
 		{name: "metrics", path: "/metrics", wantCode: 200, wantBody: "projector_test_total 0"},
 		{name: "healthz", path: "/healthz", wantCode: 200, wantBody: "ok"},
 		{name: "readyz", path: "/readyz", wantCode: 200, wantBody: "ready"},
+		{name: "livez", path: "/livez", wantCode: 200, wantBody: "live"},
 		{name: "root", path: "/", wantCode: 404},
 		{name: "unknown path", path: "/admin", wantCode: 404},
 		{name: "below metrics", path: "/metrics/x", wantCode: 404},
@@ -105,6 +107,23 @@ func TestServesOnlyItsEndpoints(t *testing.T) {
 				t.Errorf("%s %s: body %.200q, want it to contain %q", method, tt.path, body, tt.wantBody)
 			}
 		})
+	}
+}
+
+// TestLivezFollowsTheLivenessCheck: a problem makes the process not ready
+// but still live; only the liveness check, once set, fails /livez.
+func TestLivezFollowsTheLivenessCheck(t *testing.T) {
+	status := health.New()
+	base, client := serve(t, Config{}, status)
+	status.Fail("index", "does not answer")
+	if code, _ := get(t, client, http.MethodGet, base+"/livez"); code != 200 {
+		t.Errorf("livez with a store down: %d, want 200: a restart cures no outage", code)
+	}
+	wedged := errors.New("the poll loop has waited 6m0s for records while documents/0 lags 12 records")
+	status.SetLiveness(func() error { return wedged })
+	code, body := get(t, client, http.MethodGet, base+"/livez")
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, "documents/0 lags 12 records") {
+		t.Errorf("livez when wedged: %d %q, want 503 with the reason", code, body)
 	}
 }
 
