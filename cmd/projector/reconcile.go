@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"go.uber.org/zap"
 
+	"github.com/projector/projector/internal/event"
 	"github.com/projector/projector/internal/fault"
 	"github.com/projector/projector/internal/reconcile"
 	"github.com/projector/projector/internal/store/postgres"
@@ -26,6 +27,11 @@ type reconcileFlags struct {
 	log    logFlags
 	kafka  kafkaFlags
 	stores storeFlags
+	embed  embedderFlags
+
+	// The decoder's settings, which must be run's for an event read again
+	// from the log to split into the same chunks.
+	chunkBytes, maxRecordBytes, maxChunks int
 
 	group            string
 	keyPrefix        string
@@ -48,6 +54,10 @@ func (f *reconcileFlags) register(fs *flag.FlagSet) {
 	f.log.register(fs)
 	f.kafka.register(fs)
 	f.stores.register(fs)
+	f.embed.register(fs)
+	fs.IntVar(&f.chunkBytes, "chunk-bytes", event.DefaultChunkBytes, "run's --chunk-bytes: --repair splits an event read again from the log as run did")
+	fs.IntVar(&f.maxRecordBytes, "max-record-bytes", event.DefaultLimits().MaxRecordBytes, "run's --max-record-bytes, for events read again from the log")
+	fs.IntVar(&f.maxChunks, "max-chunks", event.DefaultLimits().MaxChunks, "run's --max-chunks, for events read again from the log")
 	fs.StringVar(&f.group, "group", "projector", "consumer group of the projector; --repair and --delete-orphans say how many of its live members wait for the repair lease")
 	fs.StringVar(&f.keyPrefix, "key-prefix", "", "only documents whose key starts with this prefix")
 	fs.StringVar(&f.since, "since", "", "only documents updated at or after this RFC 3339 time (skips the scans for unknown documents)")
@@ -66,6 +76,9 @@ func reconcileCommand(ctx context.Context, args []string, e env) error {
 	fs := newFlagSet("reconcile", "reconcile [flags]", e)
 	f.register(fs)
 	if err := parse(fs, args, e); err != nil {
+		return err
+	}
+	if err := f.embed.resolve(fs, &f.stores.vectorDim, e.getenv); err != nil {
 		return err
 	}
 	cfg := reconcile.Config{Prefix: f.keyPrefix, PageSize: f.pageSize, Repair: f.repair, DeleteOrphans: f.deleteOrphans, ProgressEvery: f.progressEvery}
@@ -108,13 +121,28 @@ func reconcileCommand(ctx context.Context, args []string, e env) error {
 		return err
 	}
 
-	rec := reconcile.New(cfg, log.With(zap.String("component", "reconcile")), reconcile.Deps{
+	deps := reconcile.Deps{
 		Decisions: st.relational,
 		Source:    st.relational,
 		Stores:    []reconcile.Store{st.index, st.graph, st.relational},
 		Writes:    reconcile.WriteOrder{Index: st.index, Graph: st.graph, Relational: st.relational},
 		Faults:    faults,
-	})
+	}
+	if f.repair {
+		// What the relational copy lost, the log may still hold.
+		kopts, err := f.kafka.opts(log)
+		if err != nil {
+			return usageError(err)
+		}
+		emb, err := f.embed.open(ctx, log.With(zap.String("component", "embed")), prometheus.NewRegistry(), st.relational)
+		if err != nil {
+			return err
+		}
+		deps.Log = &logSource{kafka: kopts, rel: st.relational, emb: emb,
+			dec: event.NewDecoder(event.Limits{MaxRecordBytes: f.maxRecordBytes, MaxChunks: f.maxChunks, VectorDim: f.stores.vectorDim},
+				event.Splitter{MaxBytes: f.chunkBytes})}
+	}
+	rec := reconcile.New(cfg, log.With(zap.String("component", "reconcile")), deps)
 	out := bufio.NewWriter(e.stdout)
 	var rep report
 	if f.jsonOutput {

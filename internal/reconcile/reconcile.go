@@ -3,6 +3,7 @@ package reconcile
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -43,6 +44,10 @@ type Deps struct {
 	// Faults, when set, is told the point between reading the relational
 	// copy and writing a repair (tests only).
 	Faults Faults
+	// Log, when set, gives back from the document topic the documents
+	// whose chunk rows the relational copy lacks; without it they are
+	// unrepairable.
+	Log Log
 }
 
 // Faults injects failures between the steps of a repair (tests only).
@@ -233,6 +238,21 @@ func (r *Reconciler) repair(ctx context.Context, found []Discrepancy) error {
 	if err != nil {
 		return fmt.Errorf("read the relational copy for a repair: %w", err)
 	}
+	lost := map[string]error{}
+	if len(incomplete) > 0 && r.d.Log != nil {
+		lacking := slices.Sorted(maps.Keys(incomplete))
+		docs, gone, err := r.d.Log.Documents(ctx, lacking)
+		if err != nil {
+			return fmt.Errorf("read the log for a repair: %w", err)
+		}
+		for _, d := range docs {
+			w.Live = append(w.Live, d)
+			delete(incomplete, d.Key)
+			r.log.Info("rebuilt a document from its event in the log", zap.String("document_key", d.Key), zap.Int64("version", d.Version),
+				zap.String("topic", d.Position.Topic), zap.Int32("partition", d.Position.Partition), zap.Int64("offset", d.Position.Offset))
+		}
+		lost = gone
+	}
 	if r.d.Faults != nil {
 		r.d.Faults.At(ctx, "before-repair-write")
 	}
@@ -250,6 +270,9 @@ func (r *Reconciler) repair(ctx context.Context, found []Discrepancy) error {
 		switch lacking, ok := incomplete[d.Key]; {
 		case ok && r.mayReproject(d):
 			d.Action, d.Note = Unrepairable, fmt.Sprintf("the relational copy lacks the chunk rows of ordinals %v", lacking)
+			if why := lost[d.Key]; why != nil {
+				d.Note += "; the log cannot give them back: " + why.Error()
+			}
 		case written[d.Key]:
 			// Re-projecting a document leaves each store with exactly its
 			// current chunks, orphans of the document included.

@@ -1,7 +1,8 @@
 // Package reconcile compares the decision store (the relational documents
 // table) with each of the three stores, per document and version, by exact
 // chunk-id sets, in both directions, and repairs what it safely can by
-// re-projecting from the relational copy in the fixed write order.
+// re-projecting from the relational copy, or from the log where that copy
+// lacks chunk rows, in the fixed write order.
 //
 // It streams: documents are read in keyset pages by key, each page's
 // holdings are read from every store by key, and each store is then
@@ -122,6 +123,18 @@ type Source interface {
 	// Live documents whose chunk rows are incomplete are left out and
 	// returned in incomplete with the ordinals they lack.
 	Reprojection(ctx context.Context, keys []string) (w *project.Write, incomplete map[string][]int, err error)
+}
+
+// Log reads the document topic for what the relational copy cannot
+// rebuild.
+type Log interface {
+	// Documents returns the live documents of keys as their events
+	// projected them, read again at the log positions the decision store
+	// records, with the same ids and, from a deterministic or cached
+	// embedder, the same vectors. The keys it cannot give back (the topic
+	// no longer keeps the event, or holds another there) are in lost, with
+	// why.
+	Documents(ctx context.Context, keys []string) (docs []project.Document, lost map[string]error, err error)
 }
 
 // RelationalWriter is the relational store's write, which takes ledger

@@ -314,3 +314,39 @@ DELETE FROM ledger WHERE idempotency_key IN (
 		}
 	}
 }
+
+// Placed is a live document's version and the log position of the event
+// that projected it, which documents keeps.
+type Placed struct {
+	Version     int64
+	ContentHash string
+	ChunkCount  int
+	Position    project.Position
+}
+
+// Positions returns, for each live document of keys, its version and the
+// position of the event that last changed it, so that a repair can read
+// that event again when the chunk rows are gone. Positions of rows written
+// before they were recorded are the zero Position.
+func (s *Store) Positions(ctx context.Context, keys []string) (map[string]Placed, error) {
+	rows, err := s.pool.Query(ctx, `SELECT document_key, version, content_hash, chunk_count, `+positionColumns+`
+FROM documents WHERE document_key = ANY($1) AND status = 'live'`, keys)
+	if err != nil {
+		return nil, classify(fmt.Errorf("read document positions: %w", err))
+	}
+	out := make(map[string]Placed, len(keys))
+	var (
+		key string
+		p   Placed
+		pos storedPosition
+	)
+	_, err = pgx.ForEachRow(rows, append([]any{&key, &p.Version, &p.ContentHash, &p.ChunkCount}, pos.targets()...), func() error {
+		p.Position = pos.position()
+		out[key] = p
+		return nil
+	})
+	if err != nil {
+		return nil, classify(fmt.Errorf("read document positions: %w", err))
+	}
+	return out, nil
+}
