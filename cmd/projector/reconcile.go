@@ -40,6 +40,7 @@ type reconcileFlags struct {
 	progressEvery    int
 	jsonOutput       bool
 	maxDiscrepancies int64
+	maxUnknown       int
 	repair           bool
 	deleteOrphans    bool
 	metricsFile      string
@@ -64,6 +65,7 @@ func (f *reconcileFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.pageSize, "page-size", 1000, fmt.Sprintf("documents per page, 1 to %d; memory grows with it", maxPageSize))
 	fs.IntVar(&f.progressEvery, "progress-every", 10000, "documents between progress lines on standard error")
 	fs.BoolVar(&f.jsonOutput, "json", false, "print JSON lines (one object per discrepancy, then a summary object) instead of a table")
+	fs.IntVar(&f.maxUnknown, "max-unknown", 100000, "unknown documents one store's scan reports before it stops, to bound memory (reported keys are remembered; --delete-orphans remembers none and has no bound)")
 	fs.Int64Var(&f.maxDiscrepancies, "max-discrepancies", 0, "exit with status 3 when more discrepancies than this are left unresolved")
 	fs.BoolVar(&f.repair, "repair", false, "re-project missing, skewed and withdrawn-but-present documents from the relational copy, in the write order")
 	fs.BoolVar(&f.deleteOrphans, "delete-orphans", false, "also remove orphans: re-project live documents holding foreign chunks, delete the chunks of unknown documents")
@@ -81,12 +83,15 @@ func reconcileCommand(ctx context.Context, args []string, e env) error {
 	if err := f.embed.resolve(fs, &f.stores.vectorDim, e.getenv); err != nil {
 		return err
 	}
-	cfg := reconcile.Config{Prefix: f.keyPrefix, PageSize: f.pageSize, Repair: f.repair, DeleteOrphans: f.deleteOrphans, ProgressEvery: f.progressEvery}
+	cfg := reconcile.Config{Prefix: f.keyPrefix, PageSize: f.pageSize, Repair: f.repair, DeleteOrphans: f.deleteOrphans,
+		ProgressEvery: f.progressEvery, MaxUnknown: f.maxUnknown}
 	switch {
 	case fs.NArg() > 0:
 		return usageError(fmt.Errorf("unexpected argument %q", fs.Arg(0)))
 	case f.pageSize < 1 || f.pageSize > maxPageSize:
 		return usageError(fmt.Errorf("--page-size %d: want 1 to %d", f.pageSize, maxPageSize))
+	case f.maxUnknown < 1:
+		return usageError(fmt.Errorf("--max-unknown %d: want at least 1", f.maxUnknown))
 	case f.maxDiscrepancies < 0:
 		return usageError(errors.New("--max-discrepancies must be >= 0"))
 	case len(f.keyPrefix) > 512:
@@ -302,7 +307,7 @@ func (j *jsonReport) summary(s *reconcile.Summary, stores []string) {
 	_ = j.write(map[string]any{
 		"type": "summary", "documents": s.Documents, "unknown_keys": s.UnknownKeys,
 		"total": s.Total(), "resolved": s.Resolved, "unresolved": s.Unresolved(),
-		"discrepancies": found, "seconds": s.Duration.Seconds(),
+		"discrepancies": found, "seconds": s.Duration.Seconds(), "capped": s.Capped,
 	})
 }
 

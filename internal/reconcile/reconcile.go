@@ -2,6 +2,7 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
@@ -31,6 +32,12 @@ type Config struct {
 	DeleteOrphans bool
 	// ProgressEvery is the number of documents between progress log lines.
 	ProgressEvery int
+	// MaxUnknown bounds the unknown documents a scan of one store reports
+	// without DeleteOrphans (default 100,000): it remembers each, since a
+	// store may return a key in several pages, so memory grows with them.
+	// A scan that reaches it stops and says so; DeleteOrphans removes what
+	// it reports, needs to remember none, and has no bound.
+	MaxUnknown int
 }
 
 // Deps are what a run reads and writes.
@@ -75,6 +82,9 @@ func New(cfg Config, log *zap.Logger, d Deps) *Reconciler {
 	if cfg.ProgressEvery <= 0 {
 		cfg.ProgressEvery = 10000
 	}
+	if cfg.MaxUnknown <= 0 {
+		cfg.MaxUnknown = 100000
+	}
 	return &Reconciler{cfg: cfg, log: log, d: d}
 }
 
@@ -91,6 +101,9 @@ type Summary struct {
 	Resolved int64
 	Started  time.Time
 	Duration time.Duration
+	// Capped lists the stores whose scan for unknown documents stopped at
+	// Config.MaxUnknown: they may hold more.
+	Capped []string
 }
 
 // Total is the number of discrepancies found.
@@ -119,6 +132,9 @@ func (s *Summary) Line(stores []string) string {
 		}
 	}
 	fmt.Fprintf(&b, " seconds=%s", strconv.FormatFloat(s.Duration.Seconds(), 'f', 1, 64))
+	if len(s.Capped) > 0 {
+		fmt.Fprintf(&b, " capped=%s", strings.Join(s.Capped, ","))
+	}
 	return b.String()
 }
 
@@ -299,7 +315,7 @@ func (r *Reconciler) mayReproject(d *Discrepancy) bool {
 // know, reports each once, and deletes them with DeleteOrphans.
 func (r *Reconciler) scanUnknown(ctx context.Context, s Store, sum *Summary, out Reporter) error {
 	reported := map[string]bool{}
-	var scanned int64
+	var scanned, unknownHere int64
 	err := s.ScanKeys(ctx, r.cfg.Prefix, r.cfg.PageSize, func(keys []string) error {
 		scanned += int64(len(keys))
 		fresh := make([]string, 0, len(keys))
@@ -330,7 +346,10 @@ func (r *Reconciler) scanUnknown(ctx context.Context, s Store, sum *Summary, out
 		}
 		found := make([]Discrepancy, 0, len(unknownKeys))
 		for _, k := range unknownKeys {
-			reported[k] = true
+			if !r.cfg.DeleteOrphans {
+				// Deleted keys cannot come again; reported ones can.
+				reported[k] = true
+			}
 			h := holdings[k]
 			if len(h.Chunks) == 0 && !h.Present {
 				// Gone since the scan read it.
@@ -347,14 +366,30 @@ func (r *Reconciler) scanUnknown(ctx context.Context, s Store, sum *Summary, out
 			}
 		}
 		sum.UnknownKeys += int64(len(found))
-		return emit(found, sum, out)
+		unknownHere += int64(len(found))
+		if err := emit(found, sum, out); err != nil {
+			return err
+		}
+		if len(reported) >= r.cfg.MaxUnknown {
+			return errCapped
+		}
+		return nil
 	})
+	if errors.Is(err, errCapped) {
+		sum.Capped = append(sum.Capped, s.Name())
+		r.log.Warn("stopped scanning a store for unknown documents: it holds more than --max-unknown of them; remove them with --delete-orphans, which has no bound, or look at them first",
+			zap.String("store", s.Name()), zap.Int("max_unknown", r.cfg.MaxUnknown))
+		return nil
+	}
 	if err != nil {
 		return err
 	}
-	r.log.Info("scanned a store for unknown documents", zap.String("store", s.Name()), zap.Int64("keys", scanned), zap.Int("unknown", len(reported)))
+	r.log.Info("scanned a store for unknown documents", zap.String("store", s.Name()), zap.Int64("keys", scanned), zap.Int64("unknown", unknownHere))
 	return nil
 }
+
+// errCapped ends a scan for unknown documents at Config.MaxUnknown.
+var errCapped = errors.New("too many unknown documents")
 
 // emit counts and reports found.
 func emit(found []Discrepancy, sum *Summary, out Reporter) error {

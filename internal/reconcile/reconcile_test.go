@@ -285,3 +285,40 @@ func TestRunSinceSkipsTheScans(t *testing.T) {
 		}
 	}
 }
+
+// TestUnknownScanIsBounded fills a store with unknown documents, each in
+// two pages of the scan as a Qdrant scroll may give them: a report-only run
+// stops at MaxUnknown and says so, having reported each key once; with
+// DeleteOrphans every one is removed, whatever their number, and no key
+// is remembered.
+func TestUnknownScanIsBounded(t *testing.T) {
+	newStore := func() *fakeStore {
+		s := &fakeStore{name: "index", holds: map[string]Holding{}}
+		for i := range 10 {
+			k := fmt.Sprintf("ghost-%d", i)
+			s.holds[k] = Holding{Chunks: held(k, 1, 0)}
+			s.scan = append(s.scan, []string{k}, []string{k})
+		}
+		return s
+	}
+	dec := &fakeDecisions{}
+
+	index := newStore()
+	c := &collect{}
+	sum, err := New(Config{MaxUnknown: 4}, zap.NewNop(), Deps{Decisions: dec, Stores: []Store{index}}).Run(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.UnknownKeys != 4 || len(c.got) != 4 || fmt.Sprint(sum.Capped) != "[index]" || !strings.Contains(sum.Line([]string{"index"}), " capped=index") {
+		t.Errorf("report-only: %d unknown, %d reported, capped %v; want 4, 4 and the index capped", sum.UnknownKeys, len(c.got), sum.Capped)
+	}
+
+	index = newStore()
+	sum, err = New(Config{MaxUnknown: 4, DeleteOrphans: true}, zap.NewNop(), Deps{Decisions: dec, Stores: []Store{index}}).Run(context.Background(), &collect{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(index.holds) != 0 || sum.UnknownKeys != 10 || len(sum.Capped) != 0 {
+		t.Errorf("--delete-orphans: %d left, %d unknown, capped %v; want none left, 10 and no cap", len(index.holds), sum.UnknownKeys, sum.Capped)
+	}
+}
