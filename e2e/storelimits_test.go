@@ -32,7 +32,7 @@ func TestIndexCollectionLimit(t *testing.T) {
 		t.Fatal(err)
 	}
 	if info.GetConfig().GetStrictModeConfig().GetUpsertMaxBatchsize() != 2 {
-		t.Skip("the Qdrant server at PROJECTOR_QDRANT_ADDR has no strict mode (a test double?); this test needs a real Qdrant")
+		t.Fatalf("the collection's strict mode says upsert_max_batchsize %d, want the 2 it was created with", info.GetConfig().GetStrictModeConfig().GetUpsertMaxBatchsize())
 	}
 	const docs = 5
 	var keys []string
