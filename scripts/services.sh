@@ -633,7 +633,6 @@ unpack_shared_qdrant() {
 # QDRANT_RELEASE_SHA256 or, without it, the digest GitHub publishes for the asset.
 download_qdrant() {
 	local dest=$1 logf=$LOG_DIR/qdrant-download.log want got
-	command -v curl >/dev/null || die "qdrant: curl not found (apt-get install curl); it downloads Qdrant $QDRANT_VERSION"
 	log "qdrant: no $QDRANT_SHARED_DIR; downloading Qdrant $QDRANT_VERSION from $QDRANT_RELEASE_URL"
 	want=${QDRANT_RELEASE_SHA256:-$(curl -fsSL "$QDRANT_RELEASE_API" 2>"$logf" | tr ',{}' '\n\n\n' |
 		grep -A3 '"name": *"qdrant-x86_64-unknown-linux-gnu.tar.gz"' |
@@ -677,8 +676,17 @@ EOF
 	fi
 }
 
+# ensure_curl: curl asks Qdrant's /readyz (and downloads its release).
+ensure_curl() {
+	command -v curl >/dev/null && return
+	log "qdrant: installing curl"
+	{ apt-get install -y -q curl || { apt-get update -q && apt-get install -y -q curl; }; } >"$LOG_DIR/apt-curl.log" 2>&1 ||
+		fail qdrant "$LOG_DIR/apt-curl.log" "apt-get install curl failed"
+}
+
 start_qdrant() {
 	local bin
+	ensure_curl
 	if running_pid qdrant >/dev/null && running_pid qdrant-secure >/dev/null; then
 		log "qdrant: already running"
 		return
