@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/projector/projector/internal/dlq"
@@ -115,7 +116,7 @@ func projected(t *testing.T, w *world, key string) bool {
 func TestRedriveCutLetter(t *testing.T) {
 	w := newWorld(t, 1)
 	ctx := context.Background()
-	if _, err := w.adm.CreateTopic(ctx, 1, 1, map[string]*string{"max.message.bytes": kadmString("4096")}, w.dlqTopic); err != nil {
+	if _, err := w.adm.CreateTopic(ctx, 1, 1, map[string]*string{"max.message.bytes": kadm.StringPtr("4096")}, w.dlqTopic); err != nil {
 		t.Fatal(err)
 	}
 	noise := make([]byte, 15000)
@@ -141,5 +142,3 @@ func TestRedriveCutLetter(t *testing.T) {
 	waitFor(t, time.Minute, "the whole redriven document to be projected", func() bool { return projected(t, w, big.Key) })
 	p.stop()
 }
-
-func kadmString(s string) *string { return &s }
