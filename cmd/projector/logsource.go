@@ -79,32 +79,9 @@ func (l *logSource) document(ctx context.Context, key string, p postgres.Placed)
 		return project.Document{}, fmt.Errorf("the event at %s/%d/%d is not the one that projected version %d (another topic of that name, or other --chunk-bytes)",
 			pos.Topic, pos.Partition, pos.Offset, p.Version)
 	}
-	d := project.Document{
-		Key: key, Version: ev.Version, Position: pos, Title: ev.Title, Source: ev.Source,
-		Metadata: ev.Metadata, ContentHash: ev.ContentHash, CorrelationID: ev.CorrelationID,
-		Chunks: make([]project.Chunk, len(ev.Chunks)),
-	}
-	var texts []string
-	var missing []int
-	for i, c := range ev.Chunks {
-		d.Chunks[i] = project.Chunk{ID: keys.ChunkID(key, ev.Version, i), DocumentKey: key, Version: ev.Version,
-			Ordinal: i, Text: c.Text, Vector: c.Vector, Metadata: c.Metadata}
-		if c.Vector == nil {
-			texts = append(texts, c.Text)
-			missing = append(missing, i)
-		}
-	}
-	if len(texts) > 0 {
-		vecs, err := l.emb.Embed(ctx, texts)
-		if err != nil {
-			return project.Document{}, fmt.Errorf("embed: %w", err)
-		}
-		if len(vecs) != len(texts) {
-			return project.Document{}, fmt.Errorf("the embedder returned %d vectors for %d texts", len(vecs), len(texts))
-		}
-		for j, i := range missing {
-			d.Chunks[i].Vector = vecs[j]
-		}
+	d := project.NewDocument(&ev, pos)
+	if err := project.FillVectors(ctx, l.emb, []project.Document{d}); err != nil {
+		return project.Document{}, fmt.Errorf("embed: %w", err)
 	}
 	return d, nil
 }

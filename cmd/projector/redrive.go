@@ -82,24 +82,17 @@ func redriveCommand(ctx context.Context, args []string, e env) error {
 		return readAt(ctx, opts, topic, partition, offset)
 	}
 	list := func(r *kgo.Record) {
-		reason := ""
-		source := ""
-		for _, h := range r.Headers {
-			switch h.Key {
-			case dlq.HeaderReason:
-				reason = string(h.Value)
-			case dlq.HeaderSourceTopic:
-				source = string(h.Value) + source
-			case dlq.HeaderSourcePartition, dlq.HeaderSourceOffset:
-				source += "/" + string(h.Value)
-			}
+		h := map[string]string{}
+		for _, hd := range r.Headers {
+			h[hd.Key] = string(hd.Value)
 		}
 		value := strconv.Itoa(len(r.Value)) + " bytes"
 		if r.Value == nil {
 			value = "tombstone"
 		}
-		fmt.Fprintf(e.stdout, "would send partition=%d offset=%d reason=%s key=%q source=%s value=%s\n",
-			r.Partition, r.Offset, reason, r.Key, source, value)
+		fmt.Fprintf(e.stdout, "would send partition=%d offset=%d reason=%s key=%q source=%s/%s/%s value=%s\n",
+			r.Partition, r.Offset, h[dlq.HeaderReason], r.Key,
+			h[dlq.HeaderSourceTopic], h[dlq.HeaderSourcePartition], h[dlq.HeaderSourceOffset], value)
 	}
 	rep, err := redrive.Run(ctx, cl, log.With(zap.String("component", "redrive")), cfg, list)
 	verb, n := "sent", rep.Sent

@@ -97,26 +97,9 @@ func (wr *writer) fold(recs []Record) (*project.Write, error) {
 
 // document builds a live document from an upsert, with vectors.
 func (wr *writer) document(ev event.Event) (project.Document, error) {
-	d := project.Document{
-		Key: ev.Key, Version: ev.Version, Title: ev.Title, Source: ev.Source,
-		Metadata: ev.Metadata, ContentHash: ev.ContentHash, CorrelationID: ev.CorrelationID,
-		Chunks: make([]project.Chunk, len(ev.Chunks)),
-	}
-	texts := make([]string, len(ev.Chunks))
-	for i, c := range ev.Chunks {
-		texts[i] = c.Text
-	}
-	vecs, err := wr.emb.Embed(context.Background(), texts)
-	if err != nil {
-		return project.Document{}, err
-	}
-	for i, c := range ev.Chunks {
-		d.Chunks[i] = project.Chunk{
-			ID: keys.ChunkID(ev.Key, ev.Version, i), DocumentKey: ev.Key, Version: ev.Version,
-			Ordinal: i, Text: c.Text, Vector: vecs[i], Metadata: c.Metadata,
-		}
-	}
-	return d, nil
+	d := project.NewDocument(&ev, project.Position{})
+	err := project.FillVectors(context.Background(), wr.emb, []project.Document{d})
+	return d, err
 }
 
 // finalState returns what the stores hold after the whole corpus: live

@@ -278,7 +278,7 @@ func TestStalledPollLoop(t *testing.T) {
 		cancel()
 		<-done
 	}()
-	eventually(t, "the first records handled", func() bool { return count() == 3 })
+	waitFor(t, "the first records handled", func() bool { return count() == 3 })
 	if err := cons.Stalled(); err != nil {
 		t.Fatalf("Stalled with nothing lagging = %v, want nil", err)
 	}
@@ -294,7 +294,7 @@ func TestStalledPollLoop(t *testing.T) {
 	})
 	time.Sleep(300 * time.Millisecond) // the fetch in flight ends; the next one is held
 	produce(2)
-	eventually(t, "Stalled to report the wedged poll loop", func() bool {
+	waitFor(t, "Stalled to report the wedged poll loop", func() bool {
 		err := cons.Stalled()
 		return err != nil && strings.Contains(err.Error(), "lags 2 records")
 	})
@@ -302,15 +302,5 @@ func TestStalledPollLoop(t *testing.T) {
 		t.Fatalf("handled %d records while fetches were held, want 3", got)
 	}
 	unhold()
-	eventually(t, "the held records handled and Stalled clear", func() bool { return count() == 5 && cons.Stalled() == nil })
-}
-
-// eventually polls cond for up to 10 s.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
+	waitFor(t, "the held records handled and Stalled clear", func() bool { return count() == 5 && cons.Stalled() == nil })
 }

@@ -351,53 +351,24 @@ func (p *Projector) isolate(ctx context.Context, items []item, cause error) erro
 // vectors that events did not carry.
 func (p *Projector) buildWrite(ctx context.Context, pl *plan) (*Write, error) {
 	w := &Write{}
-	var texts []string
-	var missing []*Chunk
+	needVectors := false
 	for _, key := range pl.order {
 		st := pl.docs[key]
 		if st.Withdrawn {
 			w.Withdrawn = append(w.Withdrawn, Withdrawal{Key: key, Version: st.Version, Position: st.Position})
 			continue
 		}
-		ev := st.live
-		doc := Document{
-			Key: key, Version: st.Version, Position: st.Position, Title: ev.Title, Source: ev.Source,
-			Metadata: ev.Metadata, ContentHash: ev.ContentHash, CorrelationID: ev.CorrelationID,
-			Chunks: make([]Chunk, len(ev.Chunks)),
-		}
-		for i, c := range ev.Chunks {
-			doc.Chunks[i] = Chunk{
-				ID: keys.ChunkID(key, st.Version, i), DocumentKey: key, Version: st.Version,
-				Ordinal: i, Text: c.Text, Vector: c.Vector, Metadata: c.Metadata,
-			}
+		doc := NewDocument(st.live, st.Position)
+		for _, c := range doc.Chunks {
+			needVectors = needVectors || c.Vector == nil
 		}
 		w.Live = append(w.Live, doc)
 	}
-	for i := range w.Live {
-		for j := range w.Live[i].Chunks {
-			if c := &w.Live[i].Chunks[j]; c.Vector == nil {
-				texts = append(texts, c.Text)
-				missing = append(missing, c)
-			}
-		}
-	}
-	if len(texts) == 0 {
+	if !needVectors {
 		return w, nil
 	}
 	start := time.Now()
-	err := p.retry(ctx, "embedder", func(ctx context.Context) error {
-		vecs, err := p.d.Embedder.Embed(ctx, texts)
-		if err != nil {
-			return err
-		}
-		if len(vecs) != len(texts) {
-			return fmt.Errorf("embedder returned %d vectors for %d texts", len(vecs), len(texts))
-		}
-		for i, c := range missing {
-			c.Vector = vecs[i]
-		}
-		return nil
-	})
+	err := p.retry(ctx, "embedder", func(ctx context.Context) error { return FillVectors(ctx, p.d.Embedder, w.Live) })
 	p.m.embedSeconds.Observe(time.Since(start).Seconds())
 	return w, err
 }
