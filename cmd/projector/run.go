@@ -57,6 +57,7 @@ type runFlags struct {
 	maxChunks       int
 	maxPollRecords  int
 	batchRecords    int
+	inFlight        int
 	maxBatchChunks  int
 	maxBatchBytes   int
 	fetchMaxBytes   int
@@ -98,6 +99,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.maxChunks, "max-chunks", event.DefaultLimits().MaxChunks, "most chunks per document; more are dead-lettered (too_many_chunks)")
 	fs.IntVar(&f.maxPollRecords, "max-poll-records", 2000, "records per poll across partitions; a poll's records are shared by the partitions that have some, so it should hold a few --batch-records")
 	fs.IntVar(&f.batchRecords, "batch-records", 500, "records per batch; offsets are committed after each batch")
+	fs.IntVar(&f.inFlight, "batches-in-flight", 2, "batches of one partition handled at once, committed in order; batches with a document key in common never overlap (1: one after the other)")
 	fs.IntVar(&f.maxBatchChunks, "max-batch-chunks", 4096, "chunks per store write; a larger batch is written and fenced in parts")
 	fs.IntVar(&f.maxBatchBytes, "max-batch-bytes", project.DefaultMaxBatchBytes, "bytes per store write (record values and chunk vectors); a larger batch is written and fenced in parts, a larger record alone")
 	fs.IntVar(&f.fetchMaxBytes, "fetch-max-bytes", 16<<20, "bytes the Kafka client buffers per fetch; with --max-poll-records it bounds memory")
@@ -150,6 +152,7 @@ func (f *runFlags) checkLimits() error {
 		{"--max-record-bytes", f.maxRecordBytes, 1},
 		{"--max-chunks", f.maxChunks, 1},
 		{"--max-batch-bytes", f.maxBatchBytes, 1},
+		{"--batches-in-flight", f.inFlight, 1},
 		{"--qdrant-upsert-max-bytes", f.stores.qdrantUpsertBytes, 64 << 10},
 	} {
 		if l.value < l.min {
@@ -289,7 +292,7 @@ func serve(ctx context.Context, f *runFlags, log *zap.Logger, reg *prometheus.Re
 		Faults:      faults,
 	})
 	cons, err := consume.New(consume.Config{
-		Topic: f.topic, Group: f.group, MaxPollRecords: f.maxPollRecords, BatchRecords: f.batchRecords,
+		Topic: f.topic, Group: f.group, MaxPollRecords: f.maxPollRecords, BatchRecords: f.batchRecords, BatchesInFlight: f.inFlight,
 		FetchMaxBytes: int32(f.fetchMaxBytes), FetchMaxPartitionBytes: int32(f.fetchPartBytes), ShutdownTimeout: f.shutdownTimeout,
 		SessionTimeout: f.sessionTimeout, RebalanceTimeout: f.rebalance, RevokeTimeout: f.revokeTimeout, InstanceID: f.groupInstanceID,
 		StallTimeout: f.livenessTimeout,

@@ -2,7 +2,9 @@
 // and hands each partition's records, in order, to a Handler.
 //
 // One goroutine per assigned partition handles that partition's records in
-// offset order; partitions run concurrently. A partition's worker is the
+// offset order; partitions run concurrently. Within a partition, up to
+// BatchesInFlight batches that share no record key are handled at once,
+// and committed in offset order. A partition's worker is the
 // only code that commits its offsets, and it commits only after the Handler
 // returned nil for every record up to the committed one. With
 // kgo.BlockRebalanceOnPoll, a rebalance can only happen between polls, and
@@ -39,6 +41,8 @@ import (
 // id is topicID (zero when the broker does not send it). It returns nil only
 // when every record is done and may be committed. A *project.HaltError
 // halts the partition; any other error abandons the batch uncommitted.
+// Handle is called concurrently for batches of different partitions, and
+// for batches of one partition that share no record key.
 type Handler interface {
 	Handle(ctx context.Context, topicID project.TopicID, recs []*kgo.Record) error
 }
@@ -52,6 +56,10 @@ type Config struct {
 	// BatchRecords bounds the records of one Handle call; the worker
 	// commits after each.
 	BatchRecords int
+	// BatchesInFlight bounds the batches of one partition handled at once
+	// (default 1). Batches with a record key in common are never handled
+	// together, and each is committed only after every earlier one.
+	BatchesInFlight int
 	// FetchMaxBytes bounds what the client buffers from the broker; with
 	// MaxPollRecords it bounds the memory of records in flight.
 	FetchMaxBytes int32
@@ -283,6 +291,9 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer, h *health.Statu
 	}
 	if cfg.BatchRecords <= 0 {
 		cfg.BatchRecords = 500
+	}
+	if cfg.BatchesInFlight <= 0 {
+		cfg.BatchesInFlight = 1
 	}
 	if cfg.FetchMaxBytes <= 0 {
 		cfg.FetchMaxBytes = 16 << 20

@@ -39,6 +39,17 @@ type cluster struct {
 
 func newCluster(t *testing.T, partitions int32, records int) *cluster {
 	t.Helper()
+	keys := make([]string, records)
+	for i := range keys {
+		keys[i] = "k"
+	}
+	return newClusterKeys(t, partitions, keys)
+}
+
+// newClusterKeys is newCluster with the records' keys given, the same in
+// every partition.
+func newClusterKeys(t *testing.T, partitions int32, keys []string) *cluster {
+	t.Helper()
 	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(partitions, testTopic))
 	if err != nil {
 		t.Fatal(err)
@@ -51,8 +62,8 @@ func newCluster(t *testing.T, partitions int32, records int) *cluster {
 	t.Cleanup(cl.Close)
 	var recs []*kgo.Record
 	for p := range partitions {
-		for range records {
-			recs = append(recs, &kgo.Record{Topic: testTopic, Partition: p, Key: []byte("k"), Value: []byte("v")})
+		for _, k := range keys {
+			recs = append(recs, &kgo.Record{Topic: testTopic, Partition: p, Key: []byte(k), Value: []byte("v")})
 		}
 	}
 	if err := cl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
@@ -87,12 +98,20 @@ type member struct {
 
 func (c *cluster) start(group string, h Handler) *member {
 	c.t.Helper()
+	return c.startWith(group, h, func(*Config) {})
+}
+
+// startWith is start with the configuration changed by tweak.
+func (c *cluster) startWith(group string, h Handler, tweak func(*Config)) *member {
+	c.t.Helper()
 	status := health.New()
-	cons, err := New(Config{
+	cfg := Config{
 		Topic: testTopic, Group: group, BatchRecords: 100,
 		RebalanceTimeout: 10 * time.Second, RevokeTimeout: 200 * time.Millisecond,
 		SessionTimeout: 6 * time.Second, LagInterval: time.Hour,
-	}, zap.NewNop(), prometheus.NewRegistry(), status, h, kgo.SeedBrokers(c.addrs...))
+	}
+	tweak(&cfg)
+	cons, err := New(cfg, zap.NewNop(), prometheus.NewRegistry(), status, h, kgo.SeedBrokers(c.addrs...))
 	if err != nil {
 		c.t.Fatal(err)
 	}

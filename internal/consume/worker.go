@@ -26,7 +26,7 @@ type worker struct {
 	c         *Consumer
 	topic     string
 	partition int32
-	// queue holds at most one batch beside the one being handled, which
+	// queue holds at most one poll beside those being handled, which
 	// bounds the records in flight per partition.
 	queue  chan polled
 	quit   chan struct{}
@@ -96,54 +96,150 @@ func (w *worker) enqueue(ctx context.Context, topicID project.TopicID, recs []*k
 	}
 }
 
+// batch is the part of one poll that one Handle call takes.
+type batch struct {
+	topicID project.TopicID
+	recs    []*kgo.Record
+	// endsPoll marks a poll's last batch: once it is committed, the poll
+	// is no longer pending.
+	endsPoll bool
+}
+
+// flight is a batch whose Handle call is running in a goroutine of its
+// own. The worker's run owns it: it waits for done on every path out.
+type flight struct {
+	batch
+	keys   map[string]struct{}
+	cancel context.CancelFunc
+	done   chan struct{}
+	err    error
+}
+
+// run handles the partition's batches in offset order, up to
+// BatchesInFlight of them at once, and commits each only after it and
+// every batch before it are done. Two batches are in flight together only
+// when no record key (the document key) is in both, so every document's
+// events are still handled one batch after the other, in log order: a
+// batch's reads of the stored states see every earlier batch of its
+// documents committed, and the three stores are written in their order
+// for each document. What the batches in flight share is only the stores'
+// time: while one waits on a graph commit, the next can write the index.
 func (w *worker) run(ctx context.Context) {
 	defer close(w.done)
 	defer w.cancel()
+	var (
+		backlog  []batch
+		inflight []*flight
+	)
+	quit := w.quit
 	for {
-		select {
-		case <-w.quit:
+		for quit != nil && len(backlog) > 0 && len(inflight) < w.c.cfg.BatchesInFlight && disjoint(backlog[0].recs, inflight) {
+			inflight = append(inflight, w.start(ctx, backlog[0]))
+			backlog = backlog[1:]
+		}
+		if quit == nil && len(inflight) == 0 {
 			return
-		case p := <-w.queue:
-			if !w.handle(ctx, p.topicID, p.recs) {
+		}
+		var queue <-chan polled
+		if quit != nil && len(backlog) == 0 && len(inflight) < w.c.cfg.BatchesInFlight {
+			queue = w.queue
+		}
+		var oldest <-chan struct{}
+		if len(inflight) > 0 {
+			oldest = inflight[0].done
+		}
+		select {
+		case <-quit:
+			// Revoked: the batches in flight may finish and commit (within
+			// RevokeTimeout); the rest is left uncommitted for the
+			// partition's next owner.
+			quit, backlog = nil, nil
+		case p := <-queue:
+			backlog = w.split(p)
+		case <-oldest:
+			f := inflight[0]
+			inflight = inflight[1:]
+			if ctx.Err() != nil {
+				// Revoked past RevokeTimeout, lost, or the shutdown timeout
+				// passed: whatever Handle says, the partition may be
+				// another member's by now, so nothing is committed.
+				w.log.Info("batch abandoned uncommitted: the partition was revoked or lost, or the service is stopping",
+					zap.Int64("offset", f.recs[0].Offset), zap.Int("records", len(f.recs)))
+				land(inflight)
 				return
 			}
-			w.popPending()
+			if f.err != nil {
+				// The later batches must not be committed past this one:
+				// they are cancelled, and fetching starts again at this
+				// batch's first record once the partition is resumed.
+				land(inflight)
+				inflight, backlog = nil, nil
+				if !w.halt(f.err) {
+					return
+				}
+				continue
+			}
+			w.commit(ctx, f.recs[len(f.recs)-1])
+			if f.endsPoll {
+				w.popPending()
+			}
 		}
 	}
 }
 
-// handle hands recs to the Handler in batches of BatchRecords, committing
-// after each. It returns false when the worker must stop: it was told to
-// quit, its context ended, or the partition halted.
-func (w *worker) handle(ctx context.Context, topicID project.TopicID, recs []*kgo.Record) bool {
-	for len(recs) > 0 {
+// split cuts a poll into batches of BatchRecords.
+func (w *worker) split(p polled) []batch {
+	var out []batch
+	for recs := p.recs; len(recs) > 0; {
 		n := min(len(recs), w.c.cfg.BatchRecords)
-		batch := recs[:n]
-		err := w.c.handler.Handle(ctx, topicID, batch)
-		if ctx.Err() != nil {
-			// Revoked past RevokeTimeout, lost, or the shutdown timeout
-			// passed: whatever Handle says, the partition may be another
-			// member's by now, so nothing is committed.
-			w.log.Info("batch abandoned uncommitted: the partition was revoked or lost, or the service is stopping",
-				zap.Int64("offset", batch[0].Offset), zap.Int("records", n))
-			return false
-		}
-		if err != nil {
-			// Resumed, the rest of recs goes: fetching starts again at
-			// the first uncommitted record.
-			return w.halt(err)
-		}
-		w.commit(ctx, batch[n-1])
+		out = append(out, batch{topicID: p.topicID, recs: recs[:n], endsPoll: n == len(recs)})
 		recs = recs[n:]
-		select {
-		case <-w.quit:
-			// Revoked between two batches of one poll: the rest is left
-			// uncommitted for the partition's next owner.
-			return len(recs) == 0
-		default:
+	}
+	return out
+}
+
+// start runs b's Handle call in a goroutine, under a context of its own so
+// that it can be cancelled alone when an earlier batch fails.
+func (w *worker) start(ctx context.Context, b batch) *flight {
+	ctx, cancel := context.WithCancel(ctx)
+	f := &flight{batch: b, keys: make(map[string]struct{}, len(b.recs)), cancel: cancel, done: make(chan struct{})}
+	for _, r := range b.recs {
+		f.keys[string(r.Key)] = struct{}{}
+	}
+	go func() {
+		defer close(f.done)
+		defer cancel()
+		f.err = w.c.handler.Handle(ctx, b.topicID, b.recs)
+	}()
+	return f
+}
+
+// disjoint reports whether no record of recs has the key of a record of a
+// batch in flight. A record without a key cannot be projected (it is
+// dead-lettered) and conflicts with nothing.
+func disjoint(recs []*kgo.Record, inflight []*flight) bool {
+	for _, r := range recs {
+		if r.Key == nil {
+			continue
+		}
+		for _, f := range inflight {
+			if _, ok := f.keys[string(r.Key)]; ok {
+				return false
+			}
 		}
 	}
 	return true
+}
+
+// land cancels the batches in flight and waits for their Handle calls to
+// return; none of them is committed.
+func land(inflight []*flight) {
+	for _, f := range inflight {
+		f.cancel()
+	}
+	for _, f := range inflight {
+		<-f.done
+	}
 }
 
 // halt stops handling the partition until it is resumed (Consumer.Resume),

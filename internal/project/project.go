@@ -185,8 +185,11 @@ type Faults interface {
 }
 
 // Projector handles batches of one partition's records. Handle may be
-// called concurrently for different partitions: documents never span
-// partitions, so concurrent batches touch different documents.
+// called concurrently for batches that share no document: batches of
+// different partitions (documents never span partitions), and batches of
+// one partition whose record keys differ (a document's key is its record's
+// key). Each call reads and writes only its own documents' state, so
+// concurrent calls are as independent as calls one after the other.
 type Projector struct {
 	cfg Config
 	log *zap.Logger
