@@ -26,8 +26,11 @@ type worker struct {
 	c         *Consumer
 	topic     string
 	partition int32
-	// queue holds at most one poll beside those being handled, which
-	// bounds the records in flight per partition.
+	// queue holds at most one poll beside the one being handled, which
+	// bounds the records in flight per partition. With more than one batch
+	// in flight the worker takes the next poll as soon as it can start a
+	// batch of it, so it holds that poll itself and the queue has no room:
+	// the records held stay as many as with one batch in flight.
 	queue  chan polled
 	quit   chan struct{}
 	done   chan struct{}
@@ -64,13 +67,20 @@ func newWorker(c *Consumer, topic string, partition int32) (*worker, context.Con
 	ctx, cancel := context.WithCancel(c.workCtx)
 	return &worker{
 		c: c, topic: topic, partition: partition, cancel: cancel,
-		queue:  make(chan polled, 1),
+		queue:  make(chan polled, queueSize(c.cfg.BatchesInFlight)),
 		quit:   make(chan struct{}),
 		done:   make(chan struct{}),
 		resume: make(chan chan struct{}),
 		log:    c.log.With(zap.String("topic", topic), zap.Int32("partition", partition)),
 		next:   -1,
 	}, ctx
+}
+
+func queueSize(batchesInFlight int) int {
+	if batchesInFlight > 1 {
+		return 0
+	}
+	return 1
 }
 
 // enqueue hands a poll's records to the worker, blocking while the worker
