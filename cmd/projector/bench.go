@@ -29,6 +29,8 @@ type benchFlags struct {
 	seed           uint64
 	runs           int
 	skipNaive      bool
+	skipCount      bool
+	variantArgs    string
 	naiveChunks    int
 	batchRecords   int
 	maxBatchChunks int
@@ -58,6 +60,8 @@ func (f *benchFlags) register(fs *flag.FlagSet) map[string]bool {
 	fs.Uint64Var(&f.seed, "seed", 1, "seed of the corpus; the same seed gives the same corpus")
 	fs.IntVar(&f.runs, "runs", 1, "times to repeat every measurement; the report gives medians")
 	fs.BoolVar(&f.skipNaive, "skip-naive", false, "leave out the naive projector (one write per chunk per store)")
+	fs.BoolVar(&f.skipCount, "skip-count", false, "leave out the service with count fences")
+	fs.StringVar(&f.variantArgs, "variant-args", "", "flags of `projector run`, space-separated, for a variant of the service measured with id fences after it in every round (e.g. \"--batches-in-flight 1\"); the report gives variant / ids")
 	fs.IntVar(&f.naiveChunks, "naive-chunks", 300, "chunks the naive projector writes per measurement, a sample of the corpus: it is slow, so it is compared per chunk")
 	fs.IntVar(&f.batchRecords, "batch-records", run.batchRecords, "records per batch, for the service (run --batch-records) and the ceiling's writes")
 	fs.IntVar(&f.maxBatchChunks, "max-batch-chunks", run.maxBatchChunks, "chunks per store write, for the service (run --max-batch-chunks) and the ceiling's writes")
@@ -119,7 +123,7 @@ func benchCommand(ctx context.Context, args []string, e env) error {
 	}
 	rep, err := bench.Run(ctx, bench.Config{
 		Documents: f.documents, Partitions: partitions, Seed: f.seed, Runs: f.runs,
-		SkipNaive: f.skipNaive, NaiveChunks: f.naiveChunks,
+		SkipNaive: f.skipNaive, SkipCount: f.skipCount, VariantArgs: strings.Fields(f.variantArgs), NaiveChunks: f.naiveChunks,
 		BatchRecords: f.batchRecords, MaxBatchChunks: f.maxBatchChunks, Dim: f.stores.vectorDim, Timeout: f.timeout,
 	}, bench.Deps{
 		Kafka: kopts,

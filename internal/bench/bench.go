@@ -44,6 +44,12 @@ type Config struct {
 	Runs int
 	// SkipNaive leaves the naive projector out.
 	SkipNaive bool
+	// SkipCount leaves out the service with count fences.
+	SkipCount bool
+	// VariantArgs, when set, are `projector run` flags of a variant of the
+	// service, measured with id fences right after the service itself in
+	// every round, so that a setting is compared within one run.
+	VariantArgs []string
 	// NaiveChunks is the naive projector's sample, in chunks per
 	// measurement: it is slow, so it writes a part of the corpus and is
 	// compared per chunk.
@@ -167,14 +173,26 @@ func (b *bench) round(ctx context.Context, run, p int) (Round, error) {
 		return r, fmt.Errorf("raw-store ceiling, %d partitions: %w", p, err)
 	}
 	b.progress(run, p, "raw-store ceiling", r.Ceiling)
-	if r.Count, err = b.service(ctx, label+"_count", p, "count"); err != nil {
-		return r, fmt.Errorf("end to end with count fences, %d partitions: %w", p, err)
+	if !b.cfg.SkipCount {
+		m, err := b.service(ctx, label+"_count", p, "count")
+		if err != nil {
+			return r, fmt.Errorf("end to end with count fences, %d partitions: %w", p, err)
+		}
+		r.Count = &m
+		b.progress(run, p, "end-to-end, count fences", m)
 	}
-	b.progress(run, p, "end-to-end, count fences", r.Count)
 	if r.IDs, err = b.service(ctx, label+"_ids", p, "ids"); err != nil {
 		return r, fmt.Errorf("end to end with id fences, %d partitions: %w", p, err)
 	}
 	b.progress(run, p, "end-to-end, id fences", r.IDs)
+	if len(b.cfg.VariantArgs) > 0 {
+		m, err := b.service(ctx, label+"_variant", p, "ids", b.cfg.VariantArgs...)
+		if err != nil {
+			return r, fmt.Errorf("end to end with id fences and %q, %d partitions: %w", b.cfg.VariantArgs, p, err)
+		}
+		r.Variant = &m
+		b.progress(run, p, "end-to-end, id fences, variant", m)
+	}
 	if !b.cfg.SkipNaive {
 		m, err := b.naive(ctx, label+"_naive", p)
 		if err != nil {
@@ -339,7 +357,8 @@ func (b *bench) ceiling(ctx context.Context, label string, partitions int) (Meas
 // service publishes the corpus to a fresh topic and measures `projector
 // run` draining it, from the moment it is ready (stores prepared, group
 // joined) until the group's committed offsets reach the end of the topic.
-func (b *bench) service(ctx context.Context, label string, partitions int, fence string) (Measurement, error) {
+// extra are further flags of run, after the benchmark's own.
+func (b *bench) service(ctx context.Context, label string, partitions int, fence string, extra ...string) (Measurement, error) {
 	ns := b.namespace(label)
 	c := Generate(b.cfg.Documents, b.cfg.Seed, ns.prefix)
 	var st *Stores
@@ -347,12 +366,12 @@ func (b *bench) service(ctx context.Context, label string, partitions int, fence
 	if err := b.publish(ctx, ns.topic, partitions, c); err != nil {
 		return Measurement{}, err
 	}
-	proc, err := b.d.Service.start([]string{
+	proc, err := b.d.Service.start(append([]string{
 		"--topic", ns.topic, "--group", ns.group, "--dlq-topic", ns.topic + ".dlq",
 		"--qdrant-collection", ns.collection, "--postgres-schema", ns.schema, "--fence", fence,
 		"--batch-records", strconv.Itoa(b.cfg.BatchRecords), "--max-batch-chunks", strconv.Itoa(b.cfg.MaxBatchChunks),
 		"--log-level", "warn",
-	})
+	}, extra...))
 	if err != nil {
 		return Measurement{}, err
 	}

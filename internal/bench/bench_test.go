@@ -61,6 +61,7 @@ func TestRunSmall(t *testing.T) {
 	rep, err := Run(ctx, Config{
 		Documents: 200, Partitions: []int{1}, Seed: 3, Runs: 1, NaiveChunks: 40,
 		BatchRecords: 500, MaxBatchChunks: 4096, Dim: dim, Timeout: 5 * time.Minute,
+		VariantArgs: []string{"--batches-in-flight", "1"},
 	}, Deps{
 		Kafka: []kgo.Opt{kgo.SeedBrokers(brokers...)},
 		OpenStores: func(ctx context.Context, collection, schema string) (*Stores, error) {
@@ -94,15 +95,15 @@ func TestRunSmall(t *testing.T) {
 		t.Fatalf("got %d partition results, want 1 with 1 round", got)
 	}
 	r := rep.Partitions[0].Rounds[0]
-	if r.Naive == nil {
-		t.Fatal("got no naive measurement, want one")
+	if r.Naive == nil || r.Count == nil || r.Variant == nil {
+		t.Fatalf("naive %v, count %v, variant %v: want every measurement", r.Naive, r.Count, r.Variant)
 	}
-	for name, m := range map[string]Measurement{"ceiling": r.Ceiling, "count": r.Count, "ids": r.IDs, "naive": *r.Naive} {
+	for name, m := range map[string]Measurement{"ceiling": r.Ceiling, "count": *r.Count, "ids": r.IDs, "naive": *r.Naive, "variant": *r.Variant} {
 		if !positive(m.DocumentsPerSecond()) || !positive(m.ChunksPerSecond()) {
 			t.Errorf("%s: %.1f documents/s and %.1f chunks/s, want both > 0", name, m.DocumentsPerSecond(), m.ChunksPerSecond())
 		}
 	}
-	for name, m := range map[string]Measurement{"count": r.Count, "ids": r.IDs} {
+	for name, m := range map[string]Measurement{"count": *r.Count, "ids": r.IDs, "variant": *r.Variant} {
 		if m.PeakRSS <= 0 || m.BatchRecords <= 0 {
 			t.Errorf("%s: peak RSS %d, batch records %.1f; want both > 0", name, m.PeakRSS, m.BatchRecords)
 		}
@@ -119,7 +120,7 @@ func TestRunSmall(t *testing.T) {
 	ratios := r.Ratios()
 	for name, v := range map[string]float64{
 		"count/ceiling": ratios.CountToCeiling, "ids/ceiling": ratios.IDsToCeiling,
-		"count/naive": ratios.CountToNaive, "ids/naive": ratios.IDsToNaive,
+		"count/naive": ratios.CountToNaive, "ids/naive": ratios.IDsToNaive, "variant/ids": ratios.VariantToIDs,
 	} {
 		if !positive(v) {
 			t.Errorf("ratio %s = %v, want > 0", name, v)
@@ -129,7 +130,7 @@ func TestRunSmall(t *testing.T) {
 	if err := rep.Print(&out); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"raw-store ceiling", "end-to-end, count fences", "end-to-end, id fences", "naive (per chunk)", "count / ceiling"} {
+	for _, want := range []string{"raw-store ceiling", "end-to-end, count fences", "end-to-end, id fences", "naive (per chunk)", "count / ceiling", "end-to-end, id fences, variant", "variant / ids"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("report lacks %q:\n%s", want, out.String())
 		}

@@ -41,7 +41,11 @@ type Shares struct {
 
 // Round is one measurement of each kind at one partition count.
 type Round struct {
-	Ceiling, Count, IDs Measurement
+	Ceiling, IDs Measurement
+	// Count is the service with count fences; nil when skipped.
+	Count *Measurement
+	// Variant is the service with Config.VariantArgs; nil without them.
+	Variant *Measurement
 	// Naive is nil when skipped.
 	Naive *Measurement
 	// Peer is the JDBC sink writing the chunk rows into PostgreSQL alone;
@@ -65,22 +69,31 @@ type Report struct {
 
 // Ratios are the comparisons of one round, by chunks per second.
 type Ratios struct {
+	// CountToCeiling is 0 when count fences were skipped.
 	CountToCeiling, IDsToCeiling float64
-	// CountToNaive and IDsToNaive are 0 when the naive projector was skipped.
+	// CountToNaive and IDsToNaive are 0 when the naive projector (or the
+	// count fences) was skipped.
 	CountToNaive, IDsToNaive float64
+	// VariantToIDs is 0 without a variant.
+	VariantToIDs float64
 	// IDsToPeer is 0 when the peer sink was not measured.
 	IDsToPeer float64
 }
 
 // Ratios compares the round's measurements.
 func (r Round) Ratios() Ratios {
-	out := Ratios{
-		CountToCeiling: r.Count.ChunksPerSecond() / r.Ceiling.ChunksPerSecond(),
-		IDsToCeiling:   r.IDs.ChunksPerSecond() / r.Ceiling.ChunksPerSecond(),
+	out := Ratios{IDsToCeiling: r.IDs.ChunksPerSecond() / r.Ceiling.ChunksPerSecond()}
+	if r.Count != nil {
+		out.CountToCeiling = r.Count.ChunksPerSecond() / r.Ceiling.ChunksPerSecond()
 	}
 	if r.Naive != nil {
-		out.CountToNaive = r.Count.ChunksPerSecond() / r.Naive.ChunksPerSecond()
 		out.IDsToNaive = r.IDs.ChunksPerSecond() / r.Naive.ChunksPerSecond()
+		if r.Count != nil {
+			out.CountToNaive = r.Count.ChunksPerSecond() / r.Naive.ChunksPerSecond()
+		}
+	}
+	if r.Variant != nil {
+		out.VariantToIDs = r.Variant.ChunksPerSecond() / r.IDs.ChunksPerSecond()
 	}
 	if r.Peer != nil {
 		out.IDsToPeer = r.IDs.ChunksPerSecond() / r.Peer.ChunksPerSecond()
@@ -132,8 +145,9 @@ func (rep *Report) Print(w io.Writer) error {
 	}
 	rows := []row{
 		{"raw-store ceiling", false, func(r Round) *Measurement { return &r.Ceiling }},
-		{"end-to-end, count fences", true, func(r Round) *Measurement { return &r.Count }},
+		{"end-to-end, count fences", true, func(r Round) *Measurement { return r.Count }},
 		{"end-to-end, id fences", true, func(r Round) *Measurement { return &r.IDs }},
+		{"end-to-end, id fences, variant", true, func(r Round) *Measurement { return r.Variant }},
 		{"naive (per chunk)", false, func(r Round) *Measurement { return r.Naive }},
 		{"JDBC sink, PostgreSQL only", false, func(r Round) *Measurement { return r.Peer }},
 	}
@@ -174,7 +188,7 @@ func (rep *Report) Print(w io.Writer) error {
 	fmt.Fprintln(w, "projector_embed_seconds_sum over projector_batch_seconds_sum), of the writers' time for the ceiling")
 	fmt.Fprintln(w)
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "partitions\tcount / ceiling\tids / ceiling\tcount / naive\tids / naive\tids / JDBC sink\t")
+	fmt.Fprintln(tw, "partitions\tcount / ceiling\tids / ceiling\tcount / naive\tids / naive\tids / JDBC sink\tvariant / ids\t")
 	for _, p := range rep.Partitions {
 		ratio := func(f func(Ratios) float64) string {
 			of := func(r Round) float64 { return f(r.Ratios()) }
@@ -187,10 +201,10 @@ func (rep *Report) Print(w io.Writer) error {
 			}
 			return fmt.Sprintf("%.2f", v)
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t\n", p.Partitions,
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", p.Partitions,
 			ratio(func(r Ratios) float64 { return r.CountToCeiling }), ratio(func(r Ratios) float64 { return r.IDsToCeiling }),
 			ratio(func(r Ratios) float64 { return r.CountToNaive }), ratio(func(r Ratios) float64 { return r.IDsToNaive }),
-			ratio(func(r Ratios) float64 { return r.IDsToPeer }))
+			ratio(func(r Ratios) float64 { return r.IDsToPeer }), ratio(func(r Ratios) float64 { return r.VariantToIDs }))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
