@@ -34,7 +34,7 @@
 //     reported to the caller.
 //
 // The CREATE therefore relies on the Chunk.id constraint, which Migrate
-// makes and every command that writes runs first.
+// makes (projector run and projector migrate call it at start).
 package graph
 
 import (
