@@ -327,24 +327,14 @@ func (s *Store) write(ctx context.Context, b *batch, mode ChunkWrites) error {
 	sess := s.session(ctx, neo4j.AccessModeWrite)
 	defer sess.Close(ctx)
 	_, err := sess.ExecuteWrite(ctx, func(tx neo4j.ManagedTransaction) (any, error) {
-		run := func(query string, rows []map[string]any) ([]*neo4j.Record, error) {
-			if len(rows) == 0 {
-				return nil, nil
-			}
-			res, err := tx.Run(ctx, query, map[string]any{"docs": rows})
-			if err != nil {
-				return nil, err
-			}
-			return res.Collect(ctx)
-		}
 		if mode == CreateOnlyUnsafe {
-			if _, err := run(createDocuments, b.docs); err != nil {
+			if _, err := run(ctx, tx, createDocuments, b.docs); err != nil {
 				return nil, err
 			}
-			_, err := run(createChunks, b.chunks)
+			_, err := run(ctx, tx, createChunks, b.chunks)
 			return nil, err
 		}
-		written, err := run(mergeDocuments, b.docs)
+		written, err := run(ctx, tx, mergeDocuments, b.docs)
 		if err != nil {
 			return nil, err
 		}
@@ -372,13 +362,26 @@ func (s *Store) write(ctx context.Context, b *batch, mode ChunkWrites) error {
 			{deleteOtherChunks, b.keep},
 			{deleteDocuments, b.withdrawn},
 		} {
-			if _, err := run(st.query, st.rows); err != nil {
+			if _, err := run(ctx, tx, st.query, st.rows); err != nil {
 				return nil, err
 			}
 		}
 		return nil, nil
 	})
 	return err
+}
+
+// run runs query with rows as its $docs, and returns its records; no rows
+// is no statement.
+func run(ctx context.Context, tx neo4j.ManagedTransaction, query string, rows []map[string]any) ([]*neo4j.Record, error) {
+	if len(rows) == 0 {
+		return nil, nil
+	}
+	res, err := tx.Run(ctx, query, map[string]any{"docs": rows})
+	if err != nil {
+		return nil, err
+	}
+	return res.Collect(ctx)
 }
 
 // chunkExists reports whether err is a unique constraint's refusal: in a
