@@ -236,7 +236,7 @@ func (s *storeFlags) register(fs *flag.FlagSet) {
 	fs.Var(&s.neo4jPasswordFile, "neo4j-password-file", "file holding the Neo4j password (instead of --neo4j-password or PROJECTOR_NEO4J_PASSWORD)")
 	fs.StringVar(&s.neo4jTLSCAFile, "neo4j-tls-ca-file", "", "PEM file of the CA certificates to trust for neo4j+s:// and bolt+s:// URIs instead of the system's (a private CA)")
 	fs.StringVar(&s.neo4jDatabase, "neo4j-database", "", "Neo4j database (empty: the server's default)")
-	fs.BoolVar(&s.graphChunkText, "graph-chunk-text", false, "keep each chunk's text on its Neo4j Chunk node too (it is always in Qdrant and PostgreSQL); off, graph inserts are about 1.8 times faster, and chunk nodes written before keep their text until rewritten")
+	fs.BoolVar(&s.graphChunkText, "graph-chunk-text", false, "keep each chunk's text on its Neo4j Chunk node too (it is always in Qdrant and PostgreSQL); off, graph writes are faster (docs/benchmarks.md) and the graph smaller; chunk nodes written before keep their text until rewritten")
 	s.registerRelational(fs)
 }
 

@@ -70,9 +70,10 @@ type Config struct {
 	Database string
 	// ChunkText keeps each chunk's text on its Chunk node. The text is
 	// also in the index and the relational store; on the graph it makes
-	// inserts about 1.8 times slower and the store larger, so it is off by
-	// default. Off, a chunk written (or written again) has no text
-	// property; chunk nodes written earlier keep theirs until rewritten.
+	// inserts up to 1.35 times slower (docs/benchmarks.md) and the store
+	// larger, so it is off by default. Off, a chunk written (or written
+	// again) has no text property; chunk nodes written earlier keep theirs
+	// until rewritten.
 	ChunkText bool
 	// Chunks selects the statements that write chunks; the zero value,
 	// CreateNewVersions, is the one to run the projector with.
