@@ -112,7 +112,9 @@ func TestHostileInputIsData(t *testing.T) {
 	)
 	w.publishFile(lines)
 
-	p := w.start(nil)
+	// The chunk text goes to the graph too, so that it is checked as data
+	// there as well.
+	p := w.start(nil, "--graph-chunk-text")
 	w.waitDrained(p, 2*time.Minute)
 	for _, d := range docs {
 		checkStored(t, w, d)

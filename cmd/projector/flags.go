@@ -211,6 +211,7 @@ type storeFlags struct {
 	neo4jPasswordFile secretFile
 	neo4jTLSCAFile    string
 	neo4jDatabase     string
+	graphChunkText    bool
 	postgresDSN       string
 	postgresDSNFlag   commandLineSecret // stores into postgresDSN
 	postgresSchema    string
@@ -235,6 +236,7 @@ func (s *storeFlags) register(fs *flag.FlagSet) {
 	fs.Var(&s.neo4jPasswordFile, "neo4j-password-file", "file holding the Neo4j password (instead of --neo4j-password or PROJECTOR_NEO4J_PASSWORD)")
 	fs.StringVar(&s.neo4jTLSCAFile, "neo4j-tls-ca-file", "", "PEM file of the CA certificates to trust for neo4j+s:// and bolt+s:// URIs instead of the system's (a private CA)")
 	fs.StringVar(&s.neo4jDatabase, "neo4j-database", "", "Neo4j database (empty: the server's default)")
+	fs.BoolVar(&s.graphChunkText, "graph-chunk-text", false, "keep each chunk's text on its Neo4j Chunk node too (it is always in Qdrant and PostgreSQL); off, graph writes are faster (docs/benchmarks.md) and the graph smaller; chunk nodes written before keep their text until rewritten")
 	s.registerRelational(fs)
 }
 
@@ -306,7 +308,7 @@ func (s *storeFlags) open(ctx context.Context) (*stores, error) {
 	if err != nil {
 		return nil, err
 	}
-	gr, err := graph.Open(graph.Config{URI: s.neo4jURI, User: s.neo4jUser, Password: password, Database: s.neo4jDatabase, TLS: neo4jTLS})
+	gr, err := graph.Open(s.graphConfig(password, neo4jTLS))
 	if err != nil {
 		_ = idx.Close()
 		return nil, err
@@ -318,6 +320,13 @@ func (s *storeFlags) open(ctx context.Context) (*stores, error) {
 		return nil, err
 	}
 	return &stores{index: idx, graph: gr, relational: rel, exposed: s.exposedSecrets()}, nil
+}
+
+// graphConfig is the graph adapter's configuration of the flags, with the
+// password and TLS configuration open resolved.
+func (s *storeFlags) graphConfig(password string, tlsConfig *tls.Config) graph.Config {
+	return graph.Config{URI: s.neo4jURI, User: s.neo4jUser, Password: password, Database: s.neo4jDatabase, TLS: tlsConfig,
+		ChunkText: s.graphChunkText}
 }
 
 func (st *stores) close(ctx context.Context) {

@@ -24,6 +24,7 @@ func TestUnknownVariablesWarn(t *testing.T) {
 		"PROJECTOR_BATCH_RECORD=100",            // misspelt --batch-records
 		"PROJECTOR_BATCH_RECORDS=100",           // a flag of run
 		"PROJECTOR_REPAIR=true",                 // a flag of reconcile only
+		"PROJECTOR_GRAPH_CHUNK_TEXT=true",       // a store flag
 		"PROJECTOR_KAFKA_SASL_PASSWORD=x",       // a secret without a flag
 		"PROJECTOR_EMBED_API_KEY=x",             // likewise
 		"PROJECTOR_SECURE_BROKERS=127.0.0.1:1",  // the development services'

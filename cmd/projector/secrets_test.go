@@ -300,3 +300,29 @@ func TestSecurityDocNamesRealSettings(t *testing.T) {
 		}
 	}
 }
+
+// TestGraphChunkText requires the graph to leave chunk text out unless
+// --graph-chunk-text or PROJECTOR_GRAPH_CHUNK_TEXT asks for it.
+func TestGraphChunkText(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		args []string
+		env  map[string]string
+		want bool
+	}{
+		{"default", nil, nil, false},
+		{"flag", []string{"--graph-chunk-text"}, nil, true},
+		{"environment", nil, map[string]string{"PROJECTOR_GRAPH_CHUNK_TEXT": "true"}, true},
+		{"flag wins", []string{"--graph-chunk-text=false"}, map[string]string{"PROJECTOR_GRAPH_CHUNK_TEXT": "true"}, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, sf, err := parseFlags(t, tt.args, tt.env)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := sf.graphConfig("", nil).ChunkText; got != tt.want {
+				t.Errorf("graph ChunkText = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}

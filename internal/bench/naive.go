@@ -16,8 +16,9 @@ import (
 // order, the way a loop over chunks would: one single-point Qdrant upsert,
 // one Neo4j transaction merging the chunk and its document, one
 // single-row PostgreSQL INSERT ... ON CONFLICT. It writes what the
-// adapters write for a chunk, and nothing they write per batch (document
-// rows, removals, the ledger), which only flatters it.
+// adapters write for a chunk by default (no chunk text on the graph), and
+// nothing they write per batch (document rows, removals, the ledger),
+// which only flatters it.
 type naive struct {
 	stores   *Stores
 	driver   neo4j.DriverWithContext
@@ -27,7 +28,7 @@ type naive struct {
 const naiveGraphChunk = `
 MERGE (doc:Document {key: $key})
 MERGE (ch:Chunk {id: $id})
-SET ch.document_key = $key, ch.version = $version, ch.ordinal = $ordinal, ch.text = $text, ch.metadata = $metadata
+SET ch.document_key = $key, ch.version = $version, ch.ordinal = $ordinal, ch.metadata = $metadata
 MERGE (doc)-[:HAS_CHUNK]->(ch)`
 
 const naiveChunkRow = `
@@ -67,7 +68,7 @@ func (n *naive) write(ctx context.Context, d *project.Document, c *project.Chunk
 	sess := n.driver.NewSession(ctx, neo4j.SessionConfig{AccessMode: neo4j.AccessModeWrite, DatabaseName: n.database})
 	_, err = sess.ExecuteWrite(ctx, func(tx neo4j.ManagedTransaction) (any, error) {
 		res, err := tx.Run(ctx, naiveGraphChunk, map[string]any{
-			"key": d.Key, "id": c.ID.String(), "version": c.Version, "ordinal": int64(c.Ordinal), "text": c.Text, "metadata": nilIfEmpty(chunkMD),
+			"key": d.Key, "id": c.ID.String(), "version": c.Version, "ordinal": int64(c.Ordinal), "metadata": nilIfEmpty(chunkMD),
 		})
 		if err != nil {
 			return nil, err

@@ -2,8 +2,39 @@
 //
 // The layout is the contract's: (:Document {key}), (:Chunk {id}) and
 // (:Document)-[:HAS_CHUNK]->(:Chunk), with unique constraints on
-// Document.key and Chunk.id. Every write is a MERGE, sent as parameters of a
-// constant Cypher statement, one transaction per batch.
+// Document.key and Chunk.id. Writes are sent as parameters of constant
+// Cypher statements, one transaction per batch, and their effect is always
+// a MERGE's: writing a batch again leaves the graph as it was.
+//
+// # Why new versions are written with CREATE
+//
+// Merging a chunk costs an index lookup and a lock on the id whose answer
+// is almost always "not there": a batch mostly writes versions the graph
+// has not seen. So Apply first merges the Document nodes, each statement
+// row returning whether the node had no version or an older one before the
+// write (fresh), and then creates the chunks of fresh documents with
+// CREATE and merges the chunks of the others. It is safe because:
+//
+//   - a chunk id is the UUIDv5 of key:version:ordinal, so a chunk of a
+//     version can exist only if that version was written before;
+//   - the adapter writes a version's chunks only under a Document node of
+//     that version, in the transaction that sets the node's version, and
+//     a node's version only moves forward; a withdrawal deletes the node
+//     together with every chunk up to its version. So while the node is
+//     absent or older, no chunk of the version written exists, and the
+//     CREATE makes the very nodes and relationships the MERGE would;
+//   - where that reasoning does not hold (the graph changed by hand, say
+//     a Document node deleted without its chunks, or two members writing
+//     the same document at once during a partition handover, each reading
+//     the node's version before the other committed), the CREATE of an
+//     existing chunk fails on the unique constraint on Chunk.id instead of
+//     duplicating it. That failure rolls the whole transaction back, and
+//     Apply writes the batch again in a new transaction that merges every
+//     chunk (MergeAll). A constraint failure of the CREATE is never
+//     reported to the caller.
+//
+// The CREATE therefore relies on the Chunk.id constraint, which Migrate
+// makes (projector run and projector migrate call it at start).
 package graph
 
 import (
@@ -13,6 +44,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -36,12 +68,48 @@ type Config struct {
 	TLS *tls.Config
 	// Database is the database to use; empty means the server's default.
 	Database string
+	// ChunkText keeps each chunk's text on its Chunk node. The text is
+	// also in the index and the relational store; on the graph it makes
+	// inserts up to 1.35 times slower (docs/benchmarks.md) and the store
+	// larger, so it is off by default. Off, a chunk written (or written
+	// again) has no text property; chunk nodes written earlier keep theirs
+	// until rewritten.
+	ChunkText bool
+	// Chunks selects the statements that write chunks; the zero value,
+	// CreateNewVersions, is the one to run the projector with.
+	Chunks ChunkWrites
 }
+
+// ChunkWrites selects how Apply writes a batch's chunks. It exists so that
+// the benchmarks measure the adapter's own statements against each other.
+type ChunkWrites int
+
+const (
+	// CreateNewVersions creates the chunks of documents whose node had no
+	// version or an older one with CREATE and merges the others, falling
+	// back to MergeAll for a transaction where a CREATE meets an existing
+	// chunk (see the package comment).
+	CreateNewVersions ChunkWrites = iota
+	// MergeAll merges every chunk and relationship.
+	MergeAll
+	// CreateOnlyUnsafe creates every Document, Chunk and relationship with
+	// CREATE and removes nothing. It is NOT repeat-safe: a second write of
+	// a document fails on the unique constraints, and a new version of a
+	// stored document cannot be written at all. It is the floor the
+	// benchmarks compare the other two with (internal/bench); no flag
+	// selects it.
+	CreateOnlyUnsafe
+)
 
 // Store is the Neo4j adapter. It is safe for concurrent use.
 type Store struct {
-	driver   neo4j.DriverWithContext
-	database string
+	driver    neo4j.DriverWithContext
+	database  string
+	chunkText bool
+	chunks    ChunkWrites
+	// fallbacks counts the transactions written again with MergeAll
+	// because a CREATE met an existing chunk.
+	fallbacks atomic.Int64
 }
 
 var _ project.Graph = (*Store)(nil)
@@ -67,7 +135,7 @@ func Open(cfg Config) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("neo4j driver for %s: %w", redactURI(cfg.URI), err)
 	}
-	return &Store{driver: driver, database: cfg.Database}, nil
+	return &Store{driver: driver, database: cfg.Database, chunkText: cfg.ChunkText, chunks: cfg.Chunks}, nil
 }
 
 // encrypted reports whether uri's scheme makes the driver use TLS.
@@ -122,23 +190,50 @@ func (s *Store) session(ctx context.Context, mode neo4j.AccessMode) neo4j.Sessio
 
 // The statements below only move a document forward in version: a
 // document node takes a write of its version or a higher one, chunks are
-// merged only under a document node of their version, and removals reach
+// written only under a document node of their version, and removals reach
 // only versions up to the one written. So a late write of a member that
 // lost its partition leaves a newer version as it is.
+//
+// mergeDocuments returns a row per document it wrote, fresh when the node
+// had no version or an older one before: no chunk of the written version
+// can exist then (see the package comment).
 const mergeDocuments = `
 UNWIND $docs AS d
 MERGE (doc:Document {key: d.key})
-WITH doc, d WHERE doc.version IS NULL OR doc.version <= d.version
+WITH doc, d, doc.version AS stored
+WHERE stored IS NULL OR stored <= d.version
 SET doc.version = d.version, doc.title = d.title, doc.source = d.source,
-	doc.metadata = d.metadata, doc.content_hash = d.content_hash`
+	doc.metadata = d.metadata, doc.content_hash = d.content_hash
+RETURN d.key AS key, stored IS NULL OR stored < d.version AS fresh`
 
-const mergeChunks = `
-UNWIND $chunks AS c
-MATCH (doc:Document {key: c.document_key}) WHERE doc.version = c.version
+// createChunks creates the chunks of fresh documents, each under its
+// Document node; mergeChunks merges the chunks of the others. Both take
+// the chunks grouped by document, so the node is looked up once per
+// document. A null text (Config.ChunkText off) is no property: CREATE
+// leaves it out and SET removes an earlier one, as MERGE then SET would.
+const (
+	createChunks = `
+UNWIND $docs AS d
+MATCH (doc:Document {key: d.key}) WHERE doc.version = d.version
+UNWIND d.chunks AS c
+CREATE (doc)-[:HAS_CHUNK]->(:Chunk {id: c.id, document_key: d.key, version: d.version,
+	ordinal: c.ordinal, text: c.text, metadata: c.metadata})`
+	mergeChunks = `
+UNWIND $docs AS d
+MATCH (doc:Document {key: d.key}) WHERE doc.version = d.version
+UNWIND d.chunks AS c
 MERGE (ch:Chunk {id: c.id})
-SET ch.document_key = c.document_key, ch.version = c.version, ch.ordinal = c.ordinal,
+SET ch.document_key = d.key, ch.version = d.version, ch.ordinal = c.ordinal,
 	ch.text = c.text, ch.metadata = c.metadata
 MERGE (doc)-[:HAS_CHUNK]->(ch)`
+)
+
+// createDocuments is CreateOnlyUnsafe's statement for the Document nodes:
+// not repeat-safe, for the benchmarks' floor only.
+const createDocuments = `
+UNWIND $docs AS d
+CREATE (:Document {key: d.key, version: d.version, title: d.title, source: d.source,
+	metadata: d.metadata, content_hash: d.content_hash})`
 
 // deleteOtherChunks removes, per document, the chunks the write makes
 // obsolete: older versions, and ordinals of the written version it did not
@@ -157,70 +252,144 @@ UNWIND $docs AS d
 MATCH (doc:Document {key: d.key}) WHERE doc.version <= d.version
 DETACH DELETE doc`
 
-// Apply merges w in one write transaction.
+// batch is a Write as the statements' parameters.
+type batch struct {
+	docs []map[string]any
+	// chunks holds, per live document in the order of docs, its key,
+	// version and chunks.
+	chunks    []map[string]any
+	keep      []map[string]any
+	withdrawn []map[string]any
+}
+
+// Apply writes w in one write transaction (two when a CREATE meets an
+// existing chunk, see the package comment).
 func (s *Store) Apply(ctx context.Context, w *project.Write) error {
-	docs := make([]map[string]any, 0, len(w.Live))
-	keep := make([]map[string]any, 0, len(w.Live)+len(w.Withdrawn))
-	var chunks []map[string]any
+	b, err := s.batchOf(w)
+	if err != nil {
+		return err
+	}
+	err = s.write(ctx, b, s.chunks)
+	if s.chunks == CreateNewVersions && chunkExists(err) {
+		s.fallbacks.Add(1)
+		err = s.write(ctx, b, MergeAll)
+	}
+	if err != nil {
+		return classify(ctx, fmt.Errorf("write batch: %w", err))
+	}
+	return nil
+}
+
+// batchOf turns w into parameters; metadata that cannot be encoded is the
+// record's fault.
+func (s *Store) batchOf(w *project.Write) (*batch, error) {
+	b := &batch{
+		docs:      make([]map[string]any, 0, len(w.Live)),
+		chunks:    make([]map[string]any, 0, len(w.Live)),
+		keep:      make([]map[string]any, 0, len(w.Live)+len(w.Withdrawn)),
+		withdrawn: make([]map[string]any, len(w.Withdrawn)),
+	}
 	for _, d := range w.Live {
 		md, err := jsonOrNil(d.Metadata)
 		if err != nil {
-			return &project.StoreError{Store: project.StoreGraph, Kind: project.Rejected, Err: fmt.Errorf("document %q metadata: %w", d.Key, err)}
+			return nil, &project.StoreError{Store: project.StoreGraph, Kind: project.Rejected, Err: fmt.Errorf("document %q metadata: %w", d.Key, err)}
 		}
-		docs = append(docs, map[string]any{
+		b.docs = append(b.docs, map[string]any{
 			"key": d.Key, "version": d.Version, "title": d.Title, "source": d.Source,
 			"metadata": md, "content_hash": d.ContentHash,
 		})
 		ids := make([]string, len(d.Chunks))
+		chunks := make([]map[string]any, len(d.Chunks))
 		for i, c := range d.Chunks {
 			cmd, err := jsonOrNil(c.Metadata)
 			if err != nil {
-				return &project.StoreError{Store: project.StoreGraph, Kind: project.Rejected, Err: fmt.Errorf("chunk %s metadata: %w", c.ID, err)}
+				return nil, &project.StoreError{Store: project.StoreGraph, Kind: project.Rejected, Err: fmt.Errorf("chunk %s metadata: %w", c.ID, err)}
 			}
 			ids[i] = c.ID.String()
-			chunks = append(chunks, map[string]any{
-				"id": ids[i], "document_key": d.Key, "version": c.Version, "ordinal": int64(c.Ordinal),
-				"text": c.Text, "metadata": cmd,
-			})
+			chunks[i] = map[string]any{"id": ids[i], "ordinal": int64(c.Ordinal), "metadata": cmd}
+			if s.chunkText {
+				chunks[i]["text"] = c.Text
+			}
 		}
-		keep = append(keep, map[string]any{"key": d.Key, "version": d.Version, "live": true, "ids": ids})
+		b.chunks = append(b.chunks, map[string]any{"key": d.Key, "version": d.Version, "chunks": chunks})
+		b.keep = append(b.keep, map[string]any{"key": d.Key, "version": d.Version, "live": true, "ids": ids})
 	}
-	withdrawn := make([]map[string]any, len(w.Withdrawn))
 	for i, d := range w.Withdrawn {
-		withdrawn[i] = map[string]any{"key": d.Key, "version": d.Version}
-		keep = append(keep, map[string]any{"key": d.Key, "version": d.Version, "live": false, "ids": []string{}})
+		b.withdrawn[i] = map[string]any{"key": d.Key, "version": d.Version}
+		b.keep = append(b.keep, map[string]any{"key": d.Key, "version": d.Version, "live": false, "ids": []string{}})
 	}
+	return b, nil
+}
+
+// write runs b's statements in one transaction, the chunks written as mode
+// says. The driver may run the function again after a transient error, so
+// it decides which documents are fresh inside the transaction.
+func (s *Store) write(ctx context.Context, b *batch, mode ChunkWrites) error {
 	sess := s.session(ctx, neo4j.AccessModeWrite)
 	defer sess.Close(ctx)
 	_, err := sess.ExecuteWrite(ctx, func(tx neo4j.ManagedTransaction) (any, error) {
-		steps := []struct {
-			query  string
-			params map[string]any
-			skip   bool
-		}{
-			{mergeDocuments, map[string]any{"docs": docs}, len(docs) == 0},
-			{mergeChunks, map[string]any{"chunks": chunks}, len(chunks) == 0},
-			{deleteOtherChunks, map[string]any{"docs": keep}, len(keep) == 0},
-			{deleteDocuments, map[string]any{"docs": withdrawn}, len(withdrawn) == 0},
-		}
-		for _, st := range steps {
-			if st.skip {
-				continue
-			}
-			res, err := tx.Run(ctx, st.query, st.params)
-			if err != nil {
+		if mode == CreateOnlyUnsafe {
+			if _, err := run(ctx, tx, createDocuments, b.docs); err != nil {
 				return nil, err
 			}
-			if _, err := res.Consume(ctx); err != nil {
+			_, err := run(ctx, tx, createChunks, b.chunks)
+			return nil, err
+		}
+		written, err := run(ctx, tx, mergeDocuments, b.docs)
+		if err != nil {
+			return nil, err
+		}
+		fresh := make(map[string]bool, len(written))
+		if mode == CreateNewVersions {
+			for _, r := range written {
+				key, _, _ := neo4j.GetRecordValue[string](r, "key")
+				fresh[key], _, _ = neo4j.GetRecordValue[bool](r, "fresh")
+			}
+		}
+		var created, merged []map[string]any
+		for _, d := range b.chunks {
+			if key, _ := d["key"].(string); fresh[key] {
+				created = append(created, d)
+			} else {
+				merged = append(merged, d)
+			}
+		}
+		for _, st := range []struct {
+			query string
+			rows  []map[string]any
+		}{
+			{createChunks, created},
+			{mergeChunks, merged},
+			{deleteOtherChunks, b.keep},
+			{deleteDocuments, b.withdrawn},
+		} {
+			if _, err := run(ctx, tx, st.query, st.rows); err != nil {
 				return nil, err
 			}
 		}
 		return nil, nil
 	})
-	if err != nil {
-		return classify(ctx, fmt.Errorf("write batch: %w", err))
+	return err
+}
+
+// run runs query with rows as its $docs, and returns its records; no rows
+// is no statement.
+func run(ctx context.Context, tx neo4j.ManagedTransaction, query string, rows []map[string]any) ([]*neo4j.Record, error) {
+	if len(rows) == 0 {
+		return nil, nil
 	}
-	return nil
+	res, err := tx.Run(ctx, query, map[string]any{"docs": rows})
+	if err != nil {
+		return nil, err
+	}
+	return res.Collect(ctx)
+}
+
+// chunkExists reports whether err is a unique constraint's refusal: in a
+// transaction of CreateNewVersions, a CREATE that met an existing chunk.
+func chunkExists(err error) bool {
+	var n4j *neo4j.Neo4jError
+	return errors.As(err, &n4j) && n4j.Code == "Neo.ClientError.Schema.ConstraintValidationFailed"
 }
 
 // ChunkCounts returns the number of chunk nodes per document.

@@ -18,8 +18,16 @@ import (
 
 func openTest(t *testing.T) (*Store, string) {
 	t.Helper()
+	return openTestWith(t, CreateNewVersions, false)
+}
+
+// openTestWith opens a store that writes chunks as mode says, with or
+// without their text.
+func openTestWith(t *testing.T, mode ChunkWrites, text bool) (*Store, string) {
+	t.Helper()
 	uri := testenv.Neo4jURI(t)
-	s, err := Open(Config{URI: uri, User: os.Getenv("PROJECTOR_NEO4J_USER"), Password: os.Getenv("PROJECTOR_NEO4J_PASSWORD")})
+	s, err := Open(Config{URI: uri, User: os.Getenv("PROJECTOR_NEO4J_USER"), Password: os.Getenv("PROJECTOR_NEO4J_PASSWORD"),
+		Chunks: mode, ChunkText: text})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,8 +45,20 @@ func openTest(t *testing.T) (*Store, string) {
 }
 
 func TestConformance(t *testing.T) {
-	s, prefix := openTest(t)
-	storetest.Run(t, s, prefix)
+	for _, tt := range []struct {
+		name string
+		mode ChunkWrites
+		text bool
+	}{
+		{"create new versions", CreateNewVersions, false},
+		{"create new versions with text", CreateNewVersions, true},
+		{"merge all", MergeAll, false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s, prefix := openTestWith(t, tt.mode, tt.text)
+			storetest.Run(t, s, prefix)
+		})
+	}
 }
 
 func TestLayout(t *testing.T) {
