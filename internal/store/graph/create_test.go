@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 
@@ -274,5 +275,91 @@ func TestChunkText(t *testing.T) {
 		if i > 1 && fmt.Sprint(h) != fmt.Sprint(first) {
 			t.Errorf("%s: holdings = %v, want %v whatever the text", st.name, h, first)
 		}
+	}
+}
+
+// TestLateWriteWaitsForTheNewerVersion: a late write of version 2 (a
+// member that lost its partition) runs while the new owner's transaction
+// writing version 3 holds the document's node. The late write must read
+// the node's version only once it has the node, so it sees 3 and leaves
+// it. Before, it read 1 before waiting for the lock and then set the node
+// back to 2, or deleted it for a withdrawal of 2: a lost update under
+// Neo4j's read-committed isolation.
+func TestLateWriteWaitsForTheNewerVersion(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		late func(key string) *project.Write
+	}{
+		{"version", func(key string) *project.Write {
+			return &project.Write{Live: []project.Document{storetest.Doc(key, 2, "y")}}
+		}},
+		{"withdrawal", func(key string) *project.Write {
+			return &project.Write{Withdrawn: []project.Withdrawal{{Key: key, Version: 2}}}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) { lateWriteWhileHeld(t, tc.late) })
+	}
+}
+
+func lateWriteWhileHeld(t *testing.T, lateWrite func(key string) *project.Write) {
+	s, prefix := openTest(t)
+	ctx := context.Background()
+	key := prefix + "d"
+	if err := s.Apply(ctx, &project.Write{Live: []project.Document{storetest.Doc(key, 1, "x")}}); err != nil {
+		t.Fatal(err)
+	}
+	owner := s.driver.NewSession(ctx, neo4j.SessionConfig{AccessMode: neo4j.AccessModeWrite})
+	defer owner.Close(ctx)
+	tx, err := owner.BeginTransaction(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Close(ctx)
+	b, err := s.batchOf(&project.Write{Live: []project.Document{storetest.Doc(key, 3, "z")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := tx.Run(ctx, mergeDocuments, map[string]any{"docs": b.docs})
+	if err == nil {
+		_, err = res.Consume(ctx)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	late := make(chan error, 1)
+	go func() { late <- s.Apply(ctx, lateWrite(key)) }()
+	// The late write waits on the owner's lock once Neo4j lists a
+	// transaction blocked on this test's document.
+	for blocked := false; !blocked; {
+		res, err := neo4j.ExecuteQuery(ctx, s.driver, `SHOW TRANSACTIONS YIELD status, parameters
+WHERE status STARTS WITH 'Blocked' AND any(d IN parameters.docs WHERE d.key = $k) RETURN count(*) AS n`,
+			map[string]any{"k": key}, neo4j.EagerResultTransformer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _ := res.Records[0].Get("n")
+		blocked = n.(int64) > 0
+		select {
+		case err := <-late:
+			t.Fatalf("the late write returned (%v) while the owner's transaction held the document", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-late; err != nil {
+		t.Fatalf("late Apply: %v", err)
+	}
+	got, err := neo4j.ExecuteQuery(ctx, s.driver, `MATCH (d:Document {key: $k}) RETURN d.version AS v`,
+		map[string]any{"k": key}, neo4j.EagerResultTransformer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Records) != 1 {
+		t.Fatalf("%d document nodes after the late write, want the owner's one", len(got.Records))
+	}
+	if v, _ := got.Records[0].Get("v"); v != int64(3) {
+		t.Errorf("document version = %v after the late write of 2, want the owner's 3", v)
 	}
 }

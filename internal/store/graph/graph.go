@@ -196,10 +196,16 @@ func (s *Store) session(ctx context.Context, mode neo4j.AccessMode) neo4j.Sessio
 //
 // mergeDocuments returns a row per document it wrote, fresh when the node
 // had no version or an older one before: no chunk of the written version
-// can exist then (see the package comment).
+// can exist then (see the package comment). It takes the node's write
+// lock (the SET and REMOVE of _lock, which leave no property) before it
+// reads the stored version: under Neo4j's read-committed isolation a read
+// before the lock could see a version that a transaction holding the node
+// is about to raise, and the write after it would set the node back.
 const mergeDocuments = `
 UNWIND $docs AS d
 MERGE (doc:Document {key: d.key})
+SET doc._lock = true
+REMOVE doc._lock
 WITH doc, d, doc.version AS stored
 WHERE stored IS NULL OR stored <= d.version
 SET doc.version = d.version, doc.title = d.title, doc.source = d.source,
@@ -246,10 +252,15 @@ WHERE ch.version < d.version OR (ch.version = d.version AND (NOT d.live OR NOT c
 DETACH DELETE ch`
 
 // deleteDocuments removes withdrawn documents whose node is not of a newer
-// version than the withdrawal.
+// version than the withdrawal. Like mergeDocuments, it reads the version
+// only once it holds the node's lock, so a transaction raising the
+// version meanwhile is waited for rather than undone.
 const deleteDocuments = `
 UNWIND $docs AS d
-MATCH (doc:Document {key: d.key}) WHERE doc.version <= d.version
+MATCH (doc:Document {key: d.key})
+SET doc._lock = true
+REMOVE doc._lock
+WITH doc, d WHERE doc.version <= d.version
 DETACH DELETE doc`
 
 // batch is a Write as the statements' parameters.
