@@ -231,6 +231,10 @@ func serve(ctx context.Context, f *runFlags, log *zap.Logger, reg *prometheus.Re
 	if err := st.migrate(ctx, log, f.migrate); err != nil {
 		return err
 	}
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "projector_graph_create_fallbacks_total",
+		Help: "Graph transactions written again with MERGE only because a CREATE met an existing chunk (another writer of the graph).",
+	}, func() float64 { return float64(st.graph.CreateFallbacks()) }))
 	embedder, err := f.embed.open(ctx, log.With(zap.String("component", "embed")), reg, st.relational)
 	if err != nil {
 		return err

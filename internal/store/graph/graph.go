@@ -291,6 +291,12 @@ func (s *Store) Apply(ctx context.Context, w *project.Write) error {
 	return nil
 }
 
+// CreateFallbacks is the number of transactions written again with
+// MergeAll because a CREATE met an existing chunk. It stays 0 unless the
+// graph was changed by hand or two members wrote one document at once, so
+// an operator who sees it grow knows another writer is at work.
+func (s *Store) CreateFallbacks() int64 { return s.fallbacks.Load() }
+
 // batchOf turns w into parameters; metadata that cannot be encoded is the
 // record's fault.
 func (s *Store) batchOf(w *project.Write) (*batch, error) {
