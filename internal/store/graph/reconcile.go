@@ -3,6 +3,7 @@ package graph
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/google/uuid"
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
@@ -56,11 +57,17 @@ func (s *Store) Holdings(ctx context.Context, keys []string) (map[string]reconci
 }
 
 // scanQueries page through the distinct keys of Document nodes and of
-// Chunk nodes, in key order; both are served by the indexes Migrate makes.
+// Chunk nodes, in key order, with a keyset cursor. Their only predicates
+// are lower bounds, which Neo4j folds into one range seek of the index
+// Migrate makes, starting at the cursor: a STARTS WITH predicate in the
+// query would become the seek instead, and each page would read every key
+// of the prefix before the cursor again. ScanKeys ends at the first key
+// past the prefix, as the keys that start with it are contiguous in key
+// order.
 var scanQueries = []string{`
-MATCH (d:Document) WHERE d.key > $after AND d.key STARTS WITH $prefix
+MATCH (d:Document) WHERE d.key >= $prefix AND d.key > $after
 RETURN d.key AS k ORDER BY k LIMIT $limit`, `
-MATCH (c:Chunk) WHERE c.document_key > $after AND c.document_key STARTS WITH $prefix
+MATCH (c:Chunk) WHERE c.document_key >= $prefix AND c.document_key > $after
 RETURN DISTINCT c.document_key AS k ORDER BY k LIMIT $limit`}
 
 // ScanKeys calls fn with pages of the document keys that start with prefix
@@ -68,8 +75,7 @@ RETURN DISTINCT c.document_key AS k ORDER BY k LIMIT $limit`}
 // A key can come twice: once from each scan.
 func (s *Store) ScanKeys(ctx context.Context, prefix string, pageSize int, fn func([]string) error) error {
 	for _, q := range scanQueries {
-		after := ""
-		for {
+		for after := ""; ; {
 			res, err := neo4j.ExecuteQuery(ctx, s.driver, q, map[string]any{"after": after, "prefix": prefix, "limit": pageSize},
 				neo4j.EagerResultTransformer, s.queryConfig(), neo4j.ExecuteQueryWithReadersRouting())
 			if err != nil {
@@ -78,13 +84,15 @@ func (s *Store) ScanKeys(ctx context.Context, prefix string, pageSize int, fn fu
 			page := make([]string, 0, len(res.Records))
 			for _, r := range res.Records {
 				k, _, _ := neo4j.GetRecordValue[string](r, "k")
+				if !strings.HasPrefix(k, prefix) {
+					break
+				}
 				page = append(page, k)
 			}
-			if len(page) == 0 {
-				break
-			}
-			if err := fn(page); err != nil {
-				return err
+			if len(page) > 0 {
+				if err := fn(page); err != nil {
+					return err
+				}
 			}
 			if len(page) < pageSize {
 				break
