@@ -5,11 +5,13 @@
 // lacks chunk rows, in the fixed write order.
 //
 // It streams: documents are read in keyset pages by key, each page's
-// holdings are read from every store by key, and each store is then
-// scanned, page by page, for documents the decision store does not know.
-// Memory is bounded by the page size, plus, in a run that only reports,
-// the keys of unknown documents already reported (so a key that a store
-// returns in two pages is reported once), at most Config.MaxUnknown.
+// holdings are read from every store by key while the page before it is
+// compared, and meanwhile each store is scanned, page by page, for
+// documents the decision store does not know. Memory is bounded by the
+// page size (a few pages are held at once), plus, in a run that only
+// reports, the keys of unknown documents each scan already reported (so a
+// key that a store returns in two pages is reported once), at most
+// Config.MaxUnknown a store.
 //
 // The stores are known only through the small interfaces declared here;
 // the adapters implement them in internal/store/.../reconcile.go.
