@@ -15,17 +15,23 @@ var _ reconcile.Store = (*Store)(nil)
 
 // holdings reads, per key, the Document node and every Chunk node that
 // names the document, linked by HAS_CHUNK or not: a chunk node without the
-// relationship is not held, but it is still in the store.
+// relationship is not held, but it is still in the store. It answers with
+// one record of lists, [key, present, version, [[id, version, linked]...]]
+// per key that the graph holds anything of: a record a key costs more in
+// Bolt and in the driver than the reads themselves.
 const holdings = `
 UNWIND $keys AS k
 OPTIONAL MATCH (d:Document {key: k})
-RETURN k, d IS NOT NULL AS present, d.version AS version, COLLECT {
+WITH k, d, COLLECT {
 	MATCH (c:Chunk {document_key: k})
-	RETURN {id: c.id, version: c.version, linked: d IS NOT NULL AND EXISTS { (d)-[:HAS_CHUNK]->(c) }}
-} AS chunks`
+	RETURN [c.id, c.version, d IS NOT NULL AND EXISTS { (d)-[:HAS_CHUNK]->(c) }]
+} AS chunks
+WHERE d IS NOT NULL OR size(chunks) > 0
+RETURN collect([k, d IS NOT NULL, d.version, chunks]) AS docs`
 
 // Holdings returns what the graph holds of each document: its Document
-// node's version, and its chunks with their versions.
+// node's version, and its chunks with their versions. Every key is in the
+// answer, as the graph keeps a record of each document (or lacks it).
 func (s *Store) Holdings(ctx context.Context, keys []string) (map[string]reconcile.Holding, error) {
 	res, err := neo4j.ExecuteQuery(ctx, s.driver, holdings, map[string]any{"keys": keys},
 		neo4j.EagerResultTransformer, s.queryConfig(), neo4j.ExecuteQueryWithReadersRouting())
@@ -33,25 +39,39 @@ func (s *Store) Holdings(ctx context.Context, keys []string) (map[string]reconci
 		return nil, classify(ctx, fmt.Errorf("read holdings: %w", err))
 	}
 	out := make(map[string]reconcile.Holding, len(keys))
+	for _, k := range keys {
+		out[k] = reconcile.Holding{Records: true}
+	}
 	for _, r := range res.Records {
-		key, _, _ := neo4j.GetRecordValue[string](r, "k")
-		h := reconcile.Holding{Records: true}
-		h.Present, _, _ = neo4j.GetRecordValue[bool](r, "present")
-		h.Version, _, _ = neo4j.GetRecordValue[int64](r, "version")
-		chunks, _, _ := neo4j.GetRecordValue[[]any](r, "chunks")
-		for _, raw := range chunks {
-			m, _ := raw.(map[string]any)
-			text, _ := m["id"].(string)
-			version, _ := m["version"].(int64)
-			linked, _ := m["linked"].(bool)
-			id, err := uuid.Parse(text)
-			if err != nil {
-				// An id that is not a UUID was not written by the projector.
-				id = uuid.Nil
+		docs, _, _ := neo4j.GetRecordValue[[]any](r, "docs")
+		for _, raw := range docs {
+			doc, _ := raw.([]any)
+			if len(doc) != 4 {
+				continue
 			}
-			h.Chunks = append(h.Chunks, reconcile.Held{ID: id, Version: version, Detached: !linked})
+			key, _ := doc[0].(string)
+			h := reconcile.Holding{Records: true}
+			h.Present, _ = doc[1].(bool)
+			h.Version, _ = doc[2].(int64)
+			chunks, _ := doc[3].([]any)
+			h.Chunks = make([]reconcile.Held, 0, len(chunks))
+			for _, raw := range chunks {
+				c, _ := raw.([]any)
+				if len(c) != 3 {
+					continue
+				}
+				text, _ := c[0].(string)
+				version, _ := c[1].(int64)
+				linked, _ := c[2].(bool)
+				id, err := uuid.Parse(text)
+				if err != nil {
+					// An id that is not a UUID was not written by the projector.
+					id = uuid.Nil
+				}
+				h.Chunks = append(h.Chunks, reconcile.Held{ID: id, Version: version, Detached: !linked})
+			}
+			out[key] = h
 		}
-		out[key] = h
 	}
 	return out, nil
 }
@@ -63,12 +83,15 @@ func (s *Store) Holdings(ctx context.Context, keys []string) (map[string]reconci
 // query would become the seek instead, and each page would read every key
 // of the prefix before the cursor again. ScanKeys ends at the first key
 // past the prefix, as the keys that start with it are contiguous in key
-// order.
+// order. A page is one record of a list: a record a key costs more than
+// reading the key.
 var scanQueries = []string{`
 MATCH (d:Document) WHERE d.key >= $prefix AND d.key > $after
-RETURN d.key AS k ORDER BY k LIMIT $limit`, `
+WITH d.key AS k ORDER BY k LIMIT $limit
+RETURN collect(k) AS keys`, `
 MATCH (c:Chunk) WHERE c.document_key >= $prefix AND c.document_key > $after
-RETURN DISTINCT c.document_key AS k ORDER BY k LIMIT $limit`}
+WITH DISTINCT c.document_key AS k ORDER BY k LIMIT $limit
+RETURN collect(k) AS keys`}
 
 // ScanKeys calls fn with pages of the document keys that start with prefix
 // among the Document nodes, then among the Chunk nodes, each in key order.
@@ -81,9 +104,13 @@ func (s *Store) ScanKeys(ctx context.Context, prefix string, pageSize int, fn fu
 			if err != nil {
 				return classify(ctx, fmt.Errorf("scan document keys: %w", err))
 			}
-			page := make([]string, 0, len(res.Records))
-			for _, r := range res.Records {
-				k, _, _ := neo4j.GetRecordValue[string](r, "k")
+			var found []any
+			if len(res.Records) > 0 {
+				found, _, _ = neo4j.GetRecordValue[[]any](res.Records[0], "keys")
+			}
+			page := make([]string, 0, len(found))
+			for _, raw := range found {
+				k, _ := raw.(string)
 				if !strings.HasPrefix(k, prefix) {
 					break
 				}
