@@ -43,7 +43,8 @@ func benchRun(b *testing.B, decisions reconcile.Decisions, prefix string, n int,
 	timed := make([]*timedStore, len(stores))
 	all := make([]reconcile.Store, len(stores))
 	for i, s := range stores {
-		timed[i] = &timedStore{Store: s}
+		_, private := s.(*index.Store)
+		timed[i] = &timedStore{Store: s, whole: private}
 		all[i] = timed[i]
 	}
 	r := reconcile.New(reconcile.Config{Prefix: prefix, PageSize: 1000, ProgressEvery: n + 1}, zap.NewNop(),
@@ -149,9 +150,15 @@ func load(b *testing.B, s *benchStores, prefix string, n int) {
 }
 
 // timedStore adds up the time a store takes to answer reads by key and to
-// scan its keys (without the time of the scan's callback).
+// scan its keys (without the time of the scan's callback) or count what
+// it holds.
 type timedStore struct {
 	reconcile.Store
+	// whole counts the whole store whatever the prefix: the index's
+	// collection is the benchmark's own, so it holds the prefix's documents
+	// only, as a deployment's collection holds its own, and Qdrant counts
+	// without a prefix only.
+	whole          bool
 	holdings, scan time.Duration
 }
 
@@ -171,4 +178,17 @@ func (t *timedStore) ScanKeys(ctx context.Context, prefix string, pageSize int, 
 	})
 	t.scan += time.Since(start) - inCallback
 	return err
+}
+
+func (t *timedStore) Count(ctx context.Context, prefix string) (int64, bool, error) {
+	c, ok := t.Store.(reconcile.Counter)
+	if !ok {
+		return 0, false, nil
+	}
+	if t.whole {
+		prefix = ""
+	}
+	start := time.Now()
+	defer func() { t.scan += time.Since(start) }()
+	return c.Count(ctx, prefix)
 }

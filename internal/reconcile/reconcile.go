@@ -148,32 +148,97 @@ func (r *Reconciler) StoreNames() []string {
 	return out
 }
 
-// Run compares every selected document and, unless Since is set, scans each
-// store for unknown documents. The comparison and the scans of the stores
-// run at once, each on its own goroutine: a discrepancy goes to out as soon
-// as its page is compared (and repaired, when asked), so the lines of the
-// scans come between those of the comparison. An error means a store could
-// not be read or written; the summary then covers what was done so far.
+// Run compares every selected document and, unless Since is set, finds
+// each store's unknown documents. The comparison and the scans of the
+// stores run at once, each on its own goroutine: a discrepancy goes to out
+// as soon as its page is compared (and repaired, when asked), so the lines
+// of the scans come between those of the comparison. A store that can count
+// what it holds (a Counter) is counted before the comparison and after it
+// instead, and scanned only when a count differs from what the comparison
+// read of it. An error means a store could not be read or written; the
+// summary then covers what was done so far.
 func (r *Reconciler) Run(ctx context.Context, out Reporter) (*Summary, error) {
 	sum := &Summary{Found: map[string]map[Class]int64{}, Started: time.Now()}
 	for _, s := range r.d.Stores {
 		sum.Found[s.Name()] = map[Class]int64{}
 	}
-	t := &tally{sum: sum, out: out}
-	g, gctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return r.compareDocuments(gctx, t) })
-	if r.cfg.Since.IsZero() {
-		for _, s := range r.d.Stores {
-			g.Go(func() error { return r.scanUnknown(gctx, s, t) })
-		}
-	}
-	err := g.Wait()
+	err := r.run(ctx, &tally{sum: sum, out: out})
 	// The scans end in any order; the summary names stores in report order.
 	slices.SortFunc(sum.Capped, func(a, b string) int {
 		return slices.Index(r.StoreNames(), a) - slices.Index(r.StoreNames(), b)
 	})
 	sum.Duration = time.Since(sum.Started)
 	return sum, err
+}
+
+func (r *Reconciler) run(ctx context.Context, t *tally) error {
+	scan := r.cfg.Since.IsZero()
+	var before []*int64
+	if scan {
+		var err error
+		if before, err = r.counts(ctx); err != nil {
+			return err
+		}
+	}
+	// held is what the comparison read of each store, in items; only the
+	// goroutine of the comparison touches it.
+	held := make([]int64, len(r.d.Stores))
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := r.compareDocuments(gctx, t, held); err != nil || !scan {
+			return err
+		}
+		cg, cctx := errgroup.WithContext(gctx)
+		for i, s := range r.d.Stores {
+			if before[i] != nil {
+				cg.Go(func() error { return r.scanUnlessCounted(cctx, s, *before[i], held[i], t) })
+			}
+		}
+		return cg.Wait()
+	})
+	if scan {
+		for i, s := range r.d.Stores {
+			if before[i] == nil {
+				g.Go(func() error { return r.scanUnknown(gctx, s, t) })
+			}
+		}
+	}
+	return g.Wait()
+}
+
+// counts returns what each Counter store holds of the run's prefix, nil for
+// the stores that cannot count it.
+func (r *Reconciler) counts(ctx context.Context) ([]*int64, error) {
+	out := make([]*int64, len(r.d.Stores))
+	for i, s := range r.d.Stores {
+		c, ok := s.(Counter)
+		if !ok {
+			continue
+		}
+		n, ok, err := c.Count(ctx, r.cfg.Prefix)
+		if err != nil {
+			return nil, fmt.Errorf("count the %s store: %w", s.Name(), err)
+		}
+		if ok {
+			out[i] = &n
+		}
+	}
+	return out, nil
+}
+
+// scanUnlessCounted scans a Counter store for unknown documents unless it
+// holds, now as before the comparison, just the items the comparison read:
+// then every item belongs to a document the decision store knows.
+func (r *Reconciler) scanUnlessCounted(ctx context.Context, s Store, before, held int64, t *tally) error {
+	after, ok, err := s.(Counter).Count(ctx, r.cfg.Prefix)
+	if err != nil {
+		return fmt.Errorf("count the %s store: %w", s.Name(), err)
+	}
+	if ok && after == before && after == held {
+		r.log.Info("counted a store: it holds nothing of unknown documents", zap.String("store", s.Name()), zap.Int64("items", held))
+		return nil
+	}
+	return r.scanUnknown(ctx, s, t)
 }
 
 // tally is a run's summary and report, which the comparison and the scans
@@ -237,10 +302,10 @@ type page struct {
 }
 
 // compareDocuments pages through the decision store and compares each page
-// with every store. One goroutine reads the decision store's pages in key
+// with every store, adding to held the items it read of each. One goroutine reads the decision store's pages in key
 // order and starts each page's reads of the stores; this one compares the
 // pages in that order as their reads end.
-func (r *Reconciler) compareDocuments(ctx context.Context, t *tally) error {
+func (r *Reconciler) compareDocuments(ctx context.Context, t *tally, held []int64) error {
 	g, gctx := errgroup.WithContext(ctx)
 	pages := make(chan *page, readAhead)
 	g.Go(func() error {
@@ -258,7 +323,9 @@ func (r *Reconciler) compareDocuments(ctx context.Context, t *tally) error {
 			var found []Discrepancy
 			for _, d := range p.docs {
 				for i, s := range r.d.Stores {
-					found = append(found, compare(s.Name(), d, p.holdings[i][d.Key])...)
+					h := p.holdings[i][d.Key]
+					held[i] += items(h)
+					found = append(found, compare(s.Name(), d, h)...)
 				}
 			}
 			if err := r.repair(gctx, found); err != nil {

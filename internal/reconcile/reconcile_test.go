@@ -74,6 +74,7 @@ type fakeStore struct {
 	mu      sync.Mutex
 	holds   map[string]Holding
 	deleted []string
+	scans   int
 }
 
 func (s *fakeStore) Name() string { return s.name }
@@ -91,6 +92,9 @@ func (s *fakeStore) Holdings(_ context.Context, ks []string) (map[string]Holding
 }
 
 func (s *fakeStore) ScanKeys(_ context.Context, prefix string, _ int, fn func([]string) error) error {
+	s.mu.Lock()
+	s.scans++
+	s.mu.Unlock()
 	for _, page := range s.scan {
 		if err := fn(page); err != nil {
 			return err
@@ -453,5 +457,79 @@ func TestCappedInStoreOrder(t *testing.T) {
 		if got := fmt.Sprint(sum.Capped); got != "[index relational]" {
 			t.Fatalf("capped = %s, want [index relational]", got)
 		}
+	}
+}
+
+// countedStore is a fakeStore that counts what it holds; drift, when set,
+// is added to the count of each call in turn, as a writer changing the
+// store during a run would.
+type countedStore struct {
+	*fakeStore
+	drift []int64
+	calls int
+}
+
+func (s *countedStore) Count(_ context.Context, prefix string) (int64, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var n int64
+	for k, h := range s.holds {
+		if strings.HasPrefix(k, prefix) {
+			n += items(h)
+		}
+	}
+	if s.calls < len(s.drift) {
+		n += s.drift[s.calls]
+	}
+	s.calls++
+	return n, true, nil
+}
+
+// TestCountsReplaceTheScan gives the reconciler stores that count what they
+// hold: a store that holds only known documents, as many items before and
+// after the comparison as it read, is not scanned; one that holds an
+// unknown document, or whose count moved during the run, is, and its
+// unknown documents are reported as a scan reports them.
+func TestCountsReplaceTheScan(t *testing.T) {
+	tests := []struct {
+		name      string
+		drift     []int64
+		unknown   bool
+		wantScans int
+	}{
+		{name: "agrees", wantScans: 0},
+		{name: "holds an unknown document", unknown: true, wantScans: 1},
+		{name: "changed during the run", drift: []int64{0, 1}, wantScans: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dec, _, g := world()
+			graph := &countedStore{fakeStore: g, drift: tt.drift}
+			graph.holds["b"] = Holding{Records: true, Present: true, Version: 2, Chunks: held("b", 2, 0)}
+			graph.holds["d"] = Holding{Records: true}
+			graph.scan = [][]string{{"a", "b", "c", "e"}}
+			if tt.unknown {
+				graph.holds["y"] = Holding{Records: true, Present: true, Version: 1}
+				graph.scan = append(graph.scan, []string{"y"})
+			}
+			c := &collect{}
+			sum, err := New(Config{PageSize: 2}, zap.NewNop(), Deps{Decisions: dec, Stores: []Store{graph}}).Run(context.Background(), c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if graph.scans != tt.wantScans {
+				t.Errorf("scanned the graph %d times, want %d", graph.scans, tt.wantScans)
+			}
+			want := "[]"
+			if tt.unknown {
+				want = "[graph orphaned y ]"
+			}
+			if got := fmt.Sprint(c.lines()); got != want {
+				t.Errorf("reported %s, want %s", got, want)
+			}
+			if sum.Documents != 5 {
+				t.Errorf("compared %d documents, want 5", sum.Documents)
+			}
+		})
 	}
 }

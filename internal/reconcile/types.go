@@ -117,6 +117,27 @@ type Store interface {
 	DeleteDocuments(ctx context.Context, keys []string) error
 }
 
+// Counter is a Store that can count what it holds, so that a run can tell
+// without a scan that the store holds nothing of unknown documents: when
+// the count equals what its reads by key returned for the decision store's
+// documents, before and after them, no other document is left to find.
+type Counter interface {
+	// Count returns the number of items the store holds of documents whose
+	// key starts with prefix, as Holdings reports them: each chunk, and
+	// each present record of a document (Holding.Present). ok is false when
+	// the store cannot count by that prefix.
+	Count(ctx context.Context, prefix string) (n int64, ok bool, err error)
+}
+
+// items is the number of items a holding counts for Counter.Count.
+func items(h Holding) int64 {
+	n := int64(len(h.Chunks))
+	if h.Present {
+		n++
+	}
+	return n
+}
+
 // Source rebuilds writes from the relational copy.
 type Source interface {
 	// Reprojection returns the write that projects the current state of

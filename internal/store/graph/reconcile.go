@@ -159,3 +159,31 @@ RETURN DISTINCT c.id AS id`, map[string]any{"ids": texts}, neo4j.EagerResultTran
 	}
 	return out, nil
 }
+
+var _ reconcile.Counter = (*Store)(nil)
+
+// count adds up the Document nodes and the Chunk nodes whose key starts
+// with the prefix, as Holdings reads them: Chunk nodes by the document_key
+// they name, linked or not.
+const count = `
+CALL () { MATCH (d:Document) WHERE d.key STARTS WITH $prefix RETURN count(d) AS documents }
+CALL () { MATCH (c:Chunk) WHERE c.document_key STARTS WITH $prefix RETURN count(c) AS chunks }
+RETURN documents + chunks AS n`
+
+// Count returns the number of Document and Chunk nodes of documents whose
+// key starts with prefix, read from the indexes Migrate makes.
+func (s *Store) Count(ctx context.Context, prefix string) (int64, bool, error) {
+	res, err := neo4j.ExecuteQuery(ctx, s.driver, count, map[string]any{"prefix": prefix},
+		neo4j.EagerResultTransformer, s.queryConfig(), neo4j.ExecuteQueryWithReadersRouting())
+	if err != nil {
+		return 0, false, classify(ctx, fmt.Errorf("count nodes: %w", err))
+	}
+	if len(res.Records) != 1 {
+		return 0, false, fmt.Errorf("count nodes: %d records, want 1", len(res.Records))
+	}
+	n, _, err := neo4j.GetRecordValue[int64](res.Records[0], "n")
+	if err != nil {
+		return 0, false, fmt.Errorf("count nodes: %w", err)
+	}
+	return n, true, nil
+}

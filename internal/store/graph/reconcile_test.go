@@ -87,6 +87,8 @@ func TestReconcileReads(t *testing.T) {
 		t.Errorf("HasChunks = %v, want a's ordinal 0 and the foreign id (linked chunks only)", has)
 	}
 
+	storetest.CheckCount(t, s, prefix)
+
 	if err := s.DeleteDocuments(ctx, []string{prefix + "unknown", a}); err != nil {
 		t.Fatal(err)
 	}
