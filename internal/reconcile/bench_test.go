@@ -22,9 +22,10 @@ import (
 
 // BenchmarkReconcile reconciles stores that agree: every document is read
 // from the decision store, every store is read by key, and every store is
-// scanned for unknown documents. It reports documents per second, and the
+// counted (or scanned) for unknown documents. It reports documents per second, and the
 // time each store took to answer; "stores=graph,relational" leaves the index
-// out, to show its share.
+// out, to show its share, and "index-scanned" scans the index as a run
+// with --key-prefix does.
 func BenchmarkReconcile(b *testing.B) {
 	// RECONCILE_BENCH_DOCUMENTS documents of two chunks each; the default
 	// keeps `make bench` short, docs/benchmarks.md was measured with 100000.
@@ -37,7 +38,13 @@ func BenchmarkReconcile(b *testing.B) {
 	b.Run("stores=graph,relational", func(b *testing.B) {
 		benchRun(b, stores.relational, prefix, n, stores.graph, stores.relational)
 	})
+	b.Run("stores=index,graph,relational/index-scanned", func(b *testing.B) {
+		benchRun(b, stores.relational, prefix, n, scanned{stores.index}, stores.graph, stores.relational)
+	})
 }
+
+// scanned is a store that cannot count what it holds, so a run scans it.
+type scanned struct{ reconcile.Store }
 
 func benchRun(b *testing.B, decisions reconcile.Decisions, prefix string, n int, stores ...reconcile.Store) {
 	timed := make([]*timedStore, len(stores))

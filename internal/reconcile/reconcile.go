@@ -171,6 +171,8 @@ func (r *Reconciler) Run(ctx context.Context, out Reporter) (*Summary, error) {
 	return sum, err
 }
 
+// run is Run's work: the counts, the comparison, and the scans of the
+// stores that the counts cannot spare.
 func (r *Reconciler) run(ctx context.Context, t *tally) error {
 	scan := r.cfg.Since.IsZero()
 	var before []*int64
@@ -302,9 +304,10 @@ type page struct {
 }
 
 // compareDocuments pages through the decision store and compares each page
-// with every store, adding to held the items it read of each. One goroutine reads the decision store's pages in key
-// order and starts each page's reads of the stores; this one compares the
-// pages in that order as their reads end.
+// with every store, adding to held the items it read of each. One
+// goroutine reads the decision store's pages in key order and starts each
+// page's reads of the stores; another compares the pages in that order as
+// their reads end.
 func (r *Reconciler) compareDocuments(ctx context.Context, t *tally, held []int64) error {
 	g, gctx := errgroup.WithContext(ctx)
 	pages := make(chan *page, readAhead)
