@@ -35,8 +35,9 @@ type Config struct {
 	ProgressEvery int
 	// MaxUnknown bounds the unknown documents a scan of one store reports
 	// without DeleteOrphans (default 100,000): it remembers each, since a
-	// store may return a key in several pages, so memory grows with them.
-	// A scan that reaches it stops and says so; DeleteOrphans removes what
+	// store may return a key in several pages, so memory grows with them
+	// (the stores are scanned at once: up to three times the bound). A
+	// scan that reaches it stops and says so; DeleteOrphans removes what
 	// it reports, needs to remember none, and has no bound.
 	MaxUnknown int
 }
