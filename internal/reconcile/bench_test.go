@@ -22,9 +22,10 @@ import (
 
 // BenchmarkReconcile reconciles stores that agree: every document is read
 // from the decision store, every store is read by key, and every store is
-// scanned for unknown documents. It reports documents per second, and the
+// counted (or scanned) for unknown documents. It reports documents per second, and the
 // time each store took to answer; "stores=graph,relational" leaves the index
-// out, to show its share.
+// out, to show its share, and "index-scanned" scans the index as a run
+// with --key-prefix does.
 func BenchmarkReconcile(b *testing.B) {
 	// RECONCILE_BENCH_DOCUMENTS documents of two chunks each; the default
 	// keeps `make bench` short, docs/benchmarks.md was measured with 100000.
@@ -37,13 +38,20 @@ func BenchmarkReconcile(b *testing.B) {
 	b.Run("stores=graph,relational", func(b *testing.B) {
 		benchRun(b, stores.relational, prefix, n, stores.graph, stores.relational)
 	})
+	b.Run("stores=index,graph,relational/index-scanned", func(b *testing.B) {
+		benchRun(b, stores.relational, prefix, n, scanned{stores.index}, stores.graph, stores.relational)
+	})
 }
+
+// scanned is a store that cannot count what it holds, so a run scans it.
+type scanned struct{ reconcile.Store }
 
 func benchRun(b *testing.B, decisions reconcile.Decisions, prefix string, n int, stores ...reconcile.Store) {
 	timed := make([]*timedStore, len(stores))
 	all := make([]reconcile.Store, len(stores))
 	for i, s := range stores {
-		timed[i] = &timedStore{Store: s}
+		_, private := s.(*index.Store)
+		timed[i] = &timedStore{Store: s, whole: private}
 		all[i] = timed[i]
 	}
 	r := reconcile.New(reconcile.Config{Prefix: prefix, PageSize: 1000, ProgressEvery: n + 1}, zap.NewNop(),
@@ -149,9 +157,15 @@ func load(b *testing.B, s *benchStores, prefix string, n int) {
 }
 
 // timedStore adds up the time a store takes to answer reads by key and to
-// scan its keys (without the time of the scan's callback).
+// scan its keys (without the time of the scan's callback) or count what
+// it holds.
 type timedStore struct {
 	reconcile.Store
+	// whole counts the whole store whatever the prefix: the index's
+	// collection is the benchmark's own, so it holds the prefix's documents
+	// only, as a deployment's collection holds its own, and Qdrant counts
+	// without a prefix only.
+	whole          bool
 	holdings, scan time.Duration
 }
 
@@ -171,4 +185,17 @@ func (t *timedStore) ScanKeys(ctx context.Context, prefix string, pageSize int, 
 	})
 	t.scan += time.Since(start) - inCallback
 	return err
+}
+
+func (t *timedStore) Count(ctx context.Context, prefix string) (int64, bool, error) {
+	c, ok := t.Store.(reconcile.Counter)
+	if !ok {
+		return 0, false, nil
+	}
+	if t.whole {
+		prefix = ""
+	}
+	start := time.Now()
+	defer func() { t.scan += time.Since(start) }()
+	return c.Count(ctx, prefix)
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"go.uber.org/zap"
@@ -34,8 +35,9 @@ type Config struct {
 	ProgressEvery int
 	// MaxUnknown bounds the unknown documents a scan of one store reports
 	// without DeleteOrphans (default 100,000): it remembers each, since a
-	// store may return a key in several pages, so memory grows with them.
-	// A scan that reaches it stops and says so; DeleteOrphans removes what
+	// store may return a key in several pages, so memory grows with them
+	// (the stores are scanned at once: up to three times the bound). A
+	// scan that reaches it stops and says so; DeleteOrphans removes what
 	// it reports, needs to remember none, and has no bound.
 	MaxUnknown int
 }
@@ -147,69 +149,240 @@ func (r *Reconciler) StoreNames() []string {
 	return out
 }
 
-// Run compares every selected document and, unless Since is set, scans each
-// store for unknown documents. Each discrepancy goes to out as soon as its
-// page is compared (and repaired, when asked). An error means a store could
-// not be read or written; the summary then covers what was done so far.
+// Run compares every selected document and, unless Since is set, finds
+// each store's unknown documents. The comparison and the scans of the
+// stores run at once, each on its own goroutine: a discrepancy goes to out
+// as soon as its page is compared (and repaired, when asked), so the lines
+// of the scans come between those of the comparison. A store that can count
+// what it holds (a Counter) is counted before the comparison and after it
+// instead, and scanned only when a count differs from what the comparison
+// read of it. An error means a store could not be read or written; the
+// summary then covers what was done so far.
 func (r *Reconciler) Run(ctx context.Context, out Reporter) (*Summary, error) {
 	sum := &Summary{Found: map[string]map[Class]int64{}, Started: time.Now()}
 	for _, s := range r.d.Stores {
 		sum.Found[s.Name()] = map[Class]int64{}
 	}
-	err := r.compareDocuments(ctx, sum, out)
-	if err == nil && r.cfg.Since.IsZero() {
-		for _, s := range r.d.Stores {
-			if err = r.scanUnknown(ctx, s, sum, out); err != nil {
-				break
-			}
-		}
-	}
+	err := r.run(ctx, &tally{sum: sum, out: out})
+	// The scans end in any order; the summary names stores in report order.
+	slices.SortFunc(sum.Capped, func(a, b string) int {
+		return slices.Index(r.StoreNames(), a) - slices.Index(r.StoreNames(), b)
+	})
 	sum.Duration = time.Since(sum.Started)
 	return sum, err
 }
 
+// run is Run's work: the counts, the comparison, and the scans of the
+// stores that the counts cannot spare.
+func (r *Reconciler) run(ctx context.Context, t *tally) error {
+	scan := r.cfg.Since.IsZero()
+	var before []*int64
+	if scan {
+		var err error
+		if before, err = r.counts(ctx); err != nil {
+			return err
+		}
+	}
+	// held is what the comparison read of each store, in items; only the
+	// goroutine of the comparison touches it.
+	held := make([]int64, len(r.d.Stores))
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error {
+		if err := r.compareDocuments(gctx, t, held); err != nil || !scan {
+			return err
+		}
+		cg, cctx := errgroup.WithContext(gctx)
+		for i, s := range r.d.Stores {
+			if before[i] != nil {
+				cg.Go(func() error { return r.scanUnlessCounted(cctx, s, *before[i], held[i], t) })
+			}
+		}
+		return cg.Wait()
+	})
+	if scan {
+		for i, s := range r.d.Stores {
+			if before[i] == nil {
+				g.Go(func() error { return r.scanUnknown(gctx, s, t) })
+			}
+		}
+	}
+	return g.Wait()
+}
+
+// counts returns what each Counter store holds of the run's prefix, nil for
+// the stores that cannot count it.
+func (r *Reconciler) counts(ctx context.Context) ([]*int64, error) {
+	out := make([]*int64, len(r.d.Stores))
+	for i, s := range r.d.Stores {
+		c, ok := s.(Counter)
+		if !ok {
+			continue
+		}
+		n, ok, err := c.Count(ctx, r.cfg.Prefix)
+		if err != nil {
+			return nil, fmt.Errorf("count the %s store: %w", s.Name(), err)
+		}
+		if ok {
+			out[i] = &n
+		}
+	}
+	return out, nil
+}
+
+// scanUnlessCounted scans a Counter store for unknown documents unless it
+// holds, now as before the comparison, just the items the comparison read:
+// then every item belongs to a document the decision store knows.
+func (r *Reconciler) scanUnlessCounted(ctx context.Context, s Store, before, held int64, t *tally) error {
+	after, ok, err := s.(Counter).Count(ctx, r.cfg.Prefix)
+	if err != nil {
+		return fmt.Errorf("count the %s store: %w", s.Name(), err)
+	}
+	if ok && after == before && after == held {
+		r.log.Info("counted a store: it holds nothing of unknown documents", zap.String("store", s.Name()), zap.Int64("items", held))
+		return nil
+	}
+	return r.scanUnknown(ctx, s, t)
+}
+
+// tally is a run's summary and report, which the comparison and the scans
+// share: every method holds mu, so out is called by one goroutine at a time.
+type tally struct {
+	mu  sync.Mutex
+	sum *Summary
+	out Reporter
+}
+
+// emit counts and reports found.
+func (t *tally) emit(found []Discrepancy) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for i := range found {
+		d := &found[i]
+		t.sum.Found[d.Store][d.Class]++
+		if d.Resolved() {
+			t.sum.Resolved++
+		}
+		if err := t.out.Report(d); err != nil {
+			return fmt.Errorf("write the report: %w", err)
+		}
+	}
+	return nil
+}
+
+// compared counts n documents compared and returns the counts so far.
+func (t *tally) compared(n int) (documents, discrepancies int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.sum.Documents += int64(n)
+	return t.sum.Documents, t.sum.Total()
+}
+
+// unknown counts n unknown documents a scan reported.
+func (t *tally) unknown(n int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.sum.UnknownKeys += int64(n)
+}
+
+// capped records that a store's scan stopped at Config.MaxUnknown.
+func (t *tally) capped(store string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.sum.Capped = append(t.sum.Capped, store)
+}
+
+// readAhead is the number of pages read from the stores while an earlier
+// page is compared, so that no store waits for the others or for the
+// comparison; a run holds at most readAhead+2 pages.
+const readAhead = 2
+
+// page is a page of decisions and, once done is closed, what each store
+// holds of them, in the order of Deps.Stores.
+type page struct {
+	docs     []Decision
+	holdings []map[string]Holding
+	done     chan struct{}
+}
+
 // compareDocuments pages through the decision store and compares each page
-// with every store.
-func (r *Reconciler) compareDocuments(ctx context.Context, sum *Summary, out Reporter) error {
-	page := Page{Prefix: r.cfg.Prefix, Since: r.cfg.Since, Limit: r.cfg.PageSize}
-	nextLog := int64(r.cfg.ProgressEvery)
+// with every store, adding to held the items it read of each. One
+// goroutine reads the decision store's pages in key order and starts each
+// page's reads of the stores; another compares the pages in that order as
+// their reads end.
+func (r *Reconciler) compareDocuments(ctx context.Context, t *tally, held []int64) error {
+	g, gctx := errgroup.WithContext(ctx)
+	pages := make(chan *page, readAhead)
+	g.Go(func() error {
+		defer close(pages)
+		return r.readPages(gctx, g, pages)
+	})
+	g.Go(func() error {
+		nextLog := int64(r.cfg.ProgressEvery)
+		for p := range pages {
+			select {
+			case <-p.done:
+			case <-gctx.Done():
+				return gctx.Err()
+			}
+			var found []Discrepancy
+			for _, d := range p.docs {
+				for i, s := range r.d.Stores {
+					h := p.holdings[i][d.Key]
+					held[i] += items(h)
+					found = append(found, compare(s.Name(), d, h)...)
+				}
+			}
+			if err := r.repair(gctx, found); err != nil {
+				return err
+			}
+			if err := t.emit(found); err != nil {
+				return err
+			}
+			if docs, total := t.compared(len(p.docs)); docs >= nextLog {
+				r.progress(t.sum.Started, docs, total)
+				nextLog += int64(r.cfg.ProgressEvery)
+			}
+		}
+		return nil
+	})
+	return g.Wait()
+}
+
+// readPages reads the decision store in keyset pages and sends each to
+// pages, having started the reads of its holdings in g.
+func (r *Reconciler) readPages(ctx context.Context, g *errgroup.Group, pages chan<- *page) error {
+	q := Page{Prefix: r.cfg.Prefix, Since: r.cfg.Since, Limit: r.cfg.PageSize}
 	for {
-		docs, err := r.d.Decisions.Decisions(ctx, page)
+		docs, err := r.d.Decisions.Decisions(ctx, q)
 		if err != nil {
 			return fmt.Errorf("read the decision store: %w", err)
 		}
 		if len(docs) == 0 {
 			return nil
 		}
-		keys := make([]string, len(docs))
-		for i, d := range docs {
-			keys[i] = d.Key
-		}
-		holdings, err := r.holdings(ctx, keys)
-		if err != nil {
-			return err
-		}
-		var found []Discrepancy
-		for _, d := range docs {
-			for i, s := range r.d.Stores {
-				found = append(found, compare(s.Name(), d, holdings[i][d.Key])...)
+		p := &page{docs: docs, done: make(chan struct{})}
+		g.Go(func() error {
+			keys := make([]string, len(docs))
+			for i, d := range docs {
+				keys[i] = d.Key
 			}
+			h, err := r.holdings(ctx, keys)
+			if err != nil {
+				return err
+			}
+			p.holdings = h
+			close(p.done)
+			return nil
+		})
+		select {
+		case pages <- p:
+		case <-ctx.Done():
+			return ctx.Err()
 		}
-		if err := r.repair(ctx, found); err != nil {
-			return err
-		}
-		if err := emit(found, sum, out); err != nil {
-			return err
-		}
-		sum.Documents += int64(len(docs))
-		if sum.Documents >= nextLog {
-			r.progress(sum)
-			nextLog += int64(r.cfg.ProgressEvery)
-		}
-		if len(docs) < page.Limit {
+		if len(docs) < q.Limit {
 			return nil
 		}
-		page.After = docs[len(docs)-1].Key
+		q.After = docs[len(docs)-1].Key
 	}
 }
 
@@ -230,10 +403,10 @@ func (r *Reconciler) holdings(ctx context.Context, keys []string) ([]map[string]
 	return out, g.Wait()
 }
 
-func (r *Reconciler) progress(sum *Summary) {
-	secs := time.Since(sum.Started).Seconds()
-	r.log.Info("reconcile progress", zap.Int64("documents", sum.Documents), zap.Int64("discrepancies", sum.Total()),
-		zap.Float64("documents_per_second", float64(sum.Documents)/max(secs, 1e-9)))
+func (r *Reconciler) progress(started time.Time, documents, discrepancies int64) {
+	secs := time.Since(started).Seconds()
+	r.log.Info("reconcile progress", zap.Int64("documents", documents), zap.Int64("discrepancies", discrepancies),
+		zap.Float64("documents_per_second", float64(documents)/max(secs, 1e-9)))
 }
 
 // repair re-projects, from the relational copy and in the write order, the
@@ -313,7 +486,7 @@ func (r *Reconciler) mayReproject(d *Discrepancy) bool {
 
 // scanUnknown scans one store for documents the decision store does not
 // know, reports each once, and deletes them with DeleteOrphans.
-func (r *Reconciler) scanUnknown(ctx context.Context, s Store, sum *Summary, out Reporter) error {
+func (r *Reconciler) scanUnknown(ctx context.Context, s Store, t *tally) error {
 	reported := map[string]bool{}
 	var scanned, unknownHere int64
 	err := s.ScanKeys(ctx, r.cfg.Prefix, r.cfg.PageSize, func(keys []string) error {
@@ -365,9 +538,9 @@ func (r *Reconciler) scanUnknown(ctx context.Context, s Store, sum *Summary, out
 				found[i].Action = Deleted
 			}
 		}
-		sum.UnknownKeys += int64(len(found))
+		t.unknown(len(found))
 		unknownHere += int64(len(found))
-		if err := emit(found, sum, out); err != nil {
+		if err := t.emit(found); err != nil {
 			return err
 		}
 		if len(reported) >= r.cfg.MaxUnknown {
@@ -376,7 +549,7 @@ func (r *Reconciler) scanUnknown(ctx context.Context, s Store, sum *Summary, out
 		return nil
 	})
 	if errors.Is(err, errCapped) {
-		sum.Capped = append(sum.Capped, s.Name())
+		t.capped(s.Name())
 		r.log.Warn("stopped scanning a store for unknown documents: it holds more than --max-unknown of them; remove them with --delete-orphans, which has no bound, or look at them first",
 			zap.String("store", s.Name()), zap.Int("max_unknown", r.cfg.MaxUnknown))
 		return nil
@@ -390,18 +563,3 @@ func (r *Reconciler) scanUnknown(ctx context.Context, s Store, sum *Summary, out
 
 // errCapped ends a scan for unknown documents at Config.MaxUnknown.
 var errCapped = errors.New("too many unknown documents")
-
-// emit counts and reports found.
-func emit(found []Discrepancy, sum *Summary, out Reporter) error {
-	for i := range found {
-		d := &found[i]
-		sum.Found[d.Store][d.Class]++
-		if d.Resolved() {
-			sum.Resolved++
-		}
-		if err := out.Report(d); err != nil {
-			return fmt.Errorf("write the report: %w", err)
-		}
-	}
-	return nil
-}

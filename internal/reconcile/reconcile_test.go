@@ -2,9 +2,11 @@ package reconcile
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -64,17 +66,22 @@ func (f sourceFunc) Reprojection(ctx context.Context, ks []string) (*project.Wri
 	return f(ctx, ks)
 }
 
-// fakeStore holds documents and scans its keys in the pages given.
+// fakeStore holds documents and scans its keys in the pages given. A run
+// reads it from several goroutines: mu guards holds and deleted.
 type fakeStore struct {
 	name    string
-	holds   map[string]Holding
 	scan    [][]string
+	mu      sync.Mutex
+	holds   map[string]Holding
 	deleted []string
+	scans   int
 }
 
 func (s *fakeStore) Name() string { return s.name }
 
 func (s *fakeStore) Holdings(_ context.Context, ks []string) (map[string]Holding, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	out := map[string]Holding{}
 	for _, k := range ks {
 		if h, ok := s.holds[k]; ok {
@@ -85,6 +92,9 @@ func (s *fakeStore) Holdings(_ context.Context, ks []string) (map[string]Holding
 }
 
 func (s *fakeStore) ScanKeys(_ context.Context, prefix string, _ int, fn func([]string) error) error {
+	s.mu.Lock()
+	s.scans++
+	s.mu.Unlock()
 	for _, page := range s.scan {
 		if err := fn(page); err != nil {
 			return err
@@ -94,6 +104,8 @@ func (s *fakeStore) ScanKeys(_ context.Context, prefix string, _ int, fn func([]
 }
 
 func (s *fakeStore) DeleteDocuments(_ context.Context, ks []string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.deleted = append(s.deleted, ks...)
 	for _, k := range ks {
 		delete(s.holds, k)
@@ -130,12 +142,21 @@ func (c *collect) Report(d *Discrepancy) error {
 	return nil
 }
 
+// lines returns the lines of the documents the decision store knows, in
+// report order, then those of unknown documents, sorted: the scans for
+// them run alongside the comparison, so their lines come in any order.
 func (c *collect) lines() []string {
-	var out []string
+	var known, unknown []string
 	for _, d := range c.got {
-		out = append(out, fmt.Sprintf("%s %s %s %s", d.Store, d.Class, d.Key, d.Action))
+		line := fmt.Sprintf("%s %s %s %s", d.Store, d.Class, d.Key, d.Action)
+		if d.Status == StatusUnknown {
+			unknown = append(unknown, line)
+		} else {
+			known = append(known, line)
+		}
 	}
-	return out
+	slices.Sort(unknown)
+	return append(known, unknown...)
 }
 
 // world is a decision store of five documents and two stores that
@@ -320,5 +341,195 @@ func TestUnknownScanIsBounded(t *testing.T) {
 	}
 	if len(index.holds) != 0 || sum.UnknownKeys != 10 || len(sum.Capped) != 0 {
 		t.Errorf("--delete-orphans: %d left, %d unknown, capped %v; want none left, 10 and no cap", len(index.holds), sum.UnknownKeys, sum.Capped)
+	}
+}
+
+// TestRunConcurrently compares many small pages while three stores are
+// scanned at once, each holding unknown documents that its scan returns
+// twice: every discrepancy of a known document is reported once, in key
+// order per page, every unknown document once per store, and the counts
+// add up.
+func TestRunConcurrently(t *testing.T) {
+	dec := &fakeDecisions{}
+	for i := range 40 {
+		dec.docs = append(dec.docs, Decision{Key: fmt.Sprintf("k%03d", i), Version: 1, ChunkCount: 1})
+	}
+	var stores []Store
+	var want []string
+	for _, name := range []string{"index", "graph", "relational"} {
+		s := &fakeStore{name: name, holds: map[string]Holding{}}
+		var keys []string
+		for i, d := range dec.docs {
+			keys = append(keys, d.Key)
+			if i%7 == len(stores) {
+				continue // missing from this store
+			}
+			s.holds[d.Key] = Holding{Chunks: held(d.Key, 1, 0)}
+		}
+		for i := range 15 {
+			k := fmt.Sprintf("u-%s-%02d", name, i)
+			s.holds[k] = Holding{Chunks: held(k, 1, 0)}
+			keys = append(keys, k)
+		}
+		for i := 0; i < len(keys); i += 4 {
+			s.scan = append(s.scan, keys[i:min(i+4, len(keys))])
+		}
+		s.scan = append(s.scan, s.scan...)
+		stores = append(stores, s)
+	}
+	for _, d := range dec.docs {
+		for i, s := range stores {
+			if slices.Index(dec.docs, d)%7 == i {
+				want = append(want, s.Name()+" missing "+d.Key+" ")
+			}
+		}
+	}
+	for _, s := range stores {
+		for i := range 15 {
+			want = append(want, fmt.Sprintf("%s orphaned u-%s-%02d ", s.Name(), s.Name(), i))
+		}
+	}
+	slices.Sort(want[len(want)-45:])
+	c := &collect{}
+	sum, err := New(Config{PageSize: 3}, zap.NewNop(), Deps{Decisions: dec, Stores: stores}).Run(context.Background(), c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := c.lines(); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("reported\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	if sum.Documents != 40 || sum.UnknownKeys != 45 || sum.Total() != int64(len(want)) {
+		t.Errorf("summary = %d documents, %d unknown, %d total; want 40, 45, %d", sum.Documents, sum.UnknownKeys, sum.Total(), len(want))
+	}
+}
+
+// failingStore fails to read the holdings of one key.
+type failingStore struct {
+	*fakeStore
+	key string
+}
+
+func (s failingStore) Holdings(ctx context.Context, ks []string) (map[string]Holding, error) {
+	if slices.Contains(ks, s.key) {
+		return nil, errors.New("store down")
+	}
+	return s.fakeStore.Holdings(ctx, ks)
+}
+
+// TestRunStopsAtAnError fails the reads of a store on a later page: the
+// run returns that store's error, having waited for every read it started
+// (TestMain fails on a leaked goroutine), and reports no page after it.
+func TestRunStopsAtAnError(t *testing.T) {
+	dec, index, graph := world()
+	c := &collect{}
+	r := New(Config{PageSize: 1}, zap.NewNop(), Deps{Decisions: dec, Stores: []Store{index, failingStore{graph, "c"}}})
+	_, err := r.Run(context.Background(), c)
+	if err == nil || !strings.Contains(err.Error(), "read the graph store: store down") {
+		t.Fatalf("Run error = %v, want the graph store's", err)
+	}
+	for _, d := range c.got {
+		if d.Status != StatusUnknown && d.Key >= "c" {
+			t.Errorf("reported %s %s of document %s, at or after the page that failed", d.Store, d.Class, d.Key)
+		}
+	}
+}
+
+// TestCappedInStoreOrder caps two stores' scans, which end in any order:
+// the summary names them in the order of the stores.
+func TestCappedInStoreOrder(t *testing.T) {
+	var stores []Store
+	for _, name := range []string{"index", "graph", "relational"} {
+		s := &fakeStore{name: name, holds: map[string]Holding{}}
+		if name != "graph" {
+			for i := range 3 {
+				k := fmt.Sprintf("ghost-%d", i)
+				s.holds[k] = Holding{Chunks: held(k, 1, 0)}
+				s.scan = append(s.scan, []string{k})
+			}
+		}
+		stores = append(stores, s)
+	}
+	for range 20 {
+		sum, err := New(Config{MaxUnknown: 2}, zap.NewNop(), Deps{Decisions: &fakeDecisions{}, Stores: stores}).Run(context.Background(), &collect{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fmt.Sprint(sum.Capped); got != "[index relational]" {
+			t.Fatalf("capped = %s, want [index relational]", got)
+		}
+	}
+}
+
+// countedStore is a fakeStore that counts what it holds; drift, when set,
+// is added to the count of each call in turn, as a writer changing the
+// store during a run would.
+type countedStore struct {
+	*fakeStore
+	drift []int64
+	calls int
+}
+
+func (s *countedStore) Count(_ context.Context, prefix string) (int64, bool, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var n int64
+	for k, h := range s.holds {
+		if strings.HasPrefix(k, prefix) {
+			n += items(h)
+		}
+	}
+	if s.calls < len(s.drift) {
+		n += s.drift[s.calls]
+	}
+	s.calls++
+	return n, true, nil
+}
+
+// TestCountsReplaceTheScan gives the reconciler stores that count what they
+// hold: a store that holds only known documents, as many items before and
+// after the comparison as it read, is not scanned; one that holds an
+// unknown document, or whose count moved during the run, is, and its
+// unknown documents are reported as a scan reports them.
+func TestCountsReplaceTheScan(t *testing.T) {
+	tests := []struct {
+		name      string
+		drift     []int64
+		unknown   bool
+		wantScans int
+	}{
+		{name: "agrees", wantScans: 0},
+		{name: "holds an unknown document", unknown: true, wantScans: 1},
+		{name: "changed during the run", drift: []int64{0, 1}, wantScans: 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dec, _, g := world()
+			graph := &countedStore{fakeStore: g, drift: tt.drift}
+			graph.holds["b"] = Holding{Records: true, Present: true, Version: 2, Chunks: held("b", 2, 0)}
+			graph.holds["d"] = Holding{Records: true}
+			graph.scan = [][]string{{"a", "b", "c", "e"}}
+			if tt.unknown {
+				graph.holds["y"] = Holding{Records: true, Present: true, Version: 1}
+				graph.scan = append(graph.scan, []string{"y"})
+			}
+			c := &collect{}
+			sum, err := New(Config{PageSize: 2}, zap.NewNop(), Deps{Decisions: dec, Stores: []Store{graph}}).Run(context.Background(), c)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if graph.scans != tt.wantScans {
+				t.Errorf("scanned the graph %d times, want %d", graph.scans, tt.wantScans)
+			}
+			want := "[]"
+			if tt.unknown {
+				want = "[graph orphaned y ]"
+			}
+			if got := fmt.Sprint(c.lines()); got != want {
+				t.Errorf("reported %s, want %s", got, want)
+			}
+			if sum.Documents != 5 {
+				t.Errorf("compared %d documents, want 5", sum.Documents)
+			}
+		})
 	}
 }

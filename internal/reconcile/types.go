@@ -5,11 +5,13 @@
 // lacks chunk rows, in the fixed write order.
 //
 // It streams: documents are read in keyset pages by key, each page's
-// holdings are read from every store by key, and each store is then
-// scanned, page by page, for documents the decision store does not know.
-// Memory is bounded by the page size, plus, in a run that only reports,
-// the keys of unknown documents already reported (so a key that a store
-// returns in two pages is reported once), at most Config.MaxUnknown.
+// holdings are read from every store by key while the page before it is
+// compared, and meanwhile each store is scanned, page by page, for
+// documents the decision store does not know. Memory is bounded by the
+// page size (a few pages are held at once), plus, in a run that only
+// reports, the keys of unknown documents each scan already reported (so a
+// key that a store returns in two pages is reported once), at most
+// Config.MaxUnknown a store.
 //
 // The stores are known only through the small interfaces declared here;
 // the adapters implement them in internal/store/.../reconcile.go.
@@ -113,6 +115,27 @@ type Store interface {
 	// DeleteDocuments removes everything the store holds of documents the
 	// decision store does not know.
 	DeleteDocuments(ctx context.Context, keys []string) error
+}
+
+// Counter is a Store that can count what it holds, so that a run can tell
+// without a scan that the store holds nothing of unknown documents: when
+// the count equals what its reads by key returned for the decision store's
+// documents, before and after them, no other document is left to find.
+type Counter interface {
+	// Count returns the number of items the store holds of documents whose
+	// key starts with prefix, as Holdings reports them: each chunk, and
+	// each present record of a document (Holding.Present). ok is false when
+	// the store cannot count by that prefix.
+	Count(ctx context.Context, prefix string) (n int64, ok bool, err error)
+}
+
+// items is the number of items a holding counts for Counter.Count.
+func items(h Holding) int64 {
+	n := int64(len(h.Chunks))
+	if h.Present {
+		n++
+	}
+	return n
 }
 
 // Source rebuilds writes from the relational copy.

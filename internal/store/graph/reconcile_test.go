@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/google/uuid"
@@ -86,6 +87,8 @@ func TestReconcileReads(t *testing.T) {
 		t.Errorf("HasChunks = %v, want a's ordinal 0 and the foreign id (linked chunks only)", has)
 	}
 
+	storetest.CheckCount(t, s, prefix)
+
 	if err := s.DeleteDocuments(ctx, []string{prefix + "unknown", a}); err != nil {
 		t.Fatal(err)
 	}
@@ -101,4 +104,72 @@ func TestReconcileReads(t *testing.T) {
 func sortedStrings(s ...string) []string {
 	slices.Sort(s)
 	return s
+}
+
+// TestScanKeysPrefix scans a prefix whose neighbours in key order hold
+// documents too, with keys of odd characters, at every page size: each key
+// of the prefix comes once from each scan, and nothing outside it.
+func TestScanKeysPrefix(t *testing.T) {
+	s, base := openTest(t)
+	ctx := context.Background()
+	prefix := base + "p/"
+	inside := []string{prefix + "a", prefix + "a b", prefix + "é", prefix + "😀", prefix + "\uffff", prefix + "\x00", prefix + "'\"\\"}
+	outside := []string{base + "p", base + "p.", base + "p0", base + "o", base + "q/a"}
+	w := &project.Write{}
+	for _, k := range append(slices.Clone(inside), outside...) {
+		w.Live = append(w.Live, storetest.Doc(k, 1, "x"))
+	}
+	if err := s.Apply(ctx, w); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{}
+	for _, k := range inside {
+		want[k] = 2
+	}
+	for size := 1; size <= len(inside)+1; size++ {
+		got := map[string]int{}
+		err := s.ScanKeys(ctx, prefix, size, func(keys []string) error {
+			if len(keys) > size {
+				t.Errorf("page size %d: a page of %d keys", size, len(keys))
+			}
+			for _, k := range keys {
+				got[k]++
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("page size %d: ScanKeys keys = %v, want %v (each key of the prefix from both scans)", size, got, want)
+		}
+	}
+}
+
+// TestScanQueriesSeekFromCursor asks Neo4j for the plans of the scans: each
+// must seek its index from the cursor. A seek by the prefix would read every
+// key before the cursor again on each page, which makes a scan quadratic.
+func TestScanQueriesSeekFromCursor(t *testing.T) {
+	s, prefix := openTest(t)
+	for _, q := range scanQueries {
+		res, err := neo4j.ExecuteQuery(context.Background(), s.driver, "EXPLAIN "+q, map[string]any{"after": prefix + "a", "prefix": prefix, "limit": 10},
+			neo4j.EagerResultTransformer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var seeks []string
+		var walk func(p neo4j.Plan)
+		walk = func(p neo4j.Plan) {
+			if strings.Contains(p.Operator(), "IndexSeekByRange") {
+				seeks = append(seeks, fmt.Sprint(p.Arguments()["Details"]))
+			}
+			for _, c := range p.Children() {
+				walk(c)
+			}
+		}
+		walk(res.Summary.Plan())
+		if len(seeks) != 1 || !strings.Contains(seeks[0], "> $after") {
+			t.Errorf("plan of %s: range seeks %q, want one that starts at $after", q, seeks)
+		}
+	}
 }

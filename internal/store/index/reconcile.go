@@ -98,3 +98,18 @@ func (s *Store) HasChunks(ctx context.Context, ids []uuid.UUID) (map[uuid.UUID]b
 	}
 	return out, nil
 }
+
+var _ reconcile.Counter = (*Store)(nil)
+
+// Count returns the number of points of the collection, exactly: with the
+// empty prefix only, as Qdrant cannot filter a keyword by its prefix.
+func (s *Store) Count(ctx context.Context, prefix string) (int64, bool, error) {
+	if prefix != "" {
+		return 0, false, nil
+	}
+	n, err := s.client.Count(ctx, &qdrant.CountPoints{CollectionName: s.cfg.Collection, Exact: qdrant.PtrOf(true)})
+	if err != nil {
+		return 0, false, classify(ctx, fmt.Errorf("count points: %w", err))
+	}
+	return int64(n), true, nil
+}

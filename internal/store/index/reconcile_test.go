@@ -92,6 +92,12 @@ func TestReconcileReads(t *testing.T) {
 		t.Errorf("HasChunks = %v, want b's ordinal 0 and the foreign id only", has)
 	}
 
+	// The test's collection is its own, so the empty prefix is all of it.
+	storetest.CheckCount(t, s, "")
+	if _, ok, err := s.Count(ctx, "o"); ok || err != nil {
+		t.Errorf("Count(\"o\") ok = %v, %v; want false: Qdrant cannot count by a prefix", ok, err)
+	}
+
 	if err := s.DeleteDocuments(ctx, []string{"a"}); err != nil {
 		t.Fatal(err)
 	}

@@ -23,6 +23,7 @@ var (
 	_ reconcile.Decisions = (*Store)(nil)
 	_ reconcile.Store     = (*Store)(nil)
 	_ reconcile.Source    = (*Store)(nil)
+	_ reconcile.Counter   = (*Store)(nil)
 )
 
 // Decisions returns up to q.Limit documents whose key is after q.After and
@@ -131,6 +132,16 @@ ORDER BY document_key LIMIT $3`, after, prefix, pageSize)
 		}
 		after = page[len(page)-1]
 	}
+}
+
+// Count returns the number of chunks rows of documents whose key starts
+// with prefix.
+func (s *Store) Count(ctx context.Context, prefix string) (int64, bool, error) {
+	var n int64
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM chunks WHERE starts_with(document_key, $1)`, prefix).Scan(&n); err != nil {
+		return 0, false, classify(fmt.Errorf("count chunks: %w", err))
+	}
+	return n, true, nil
 }
 
 // DeleteDocuments removes every chunks row of documents that have no

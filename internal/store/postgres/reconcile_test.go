@@ -96,6 +96,8 @@ func TestRelationalHoldingsAndOrphans(t *testing.T) {
 	if !has[keys.ChunkID("a", 2, 1)] || len(has) != 1 {
 		t.Errorf("HasChunks = %v, want only a's ordinal 1", has)
 	}
+	storetest.CheckCount(t, s, "")
+	storetest.CheckCount(t, s, "gh")
 	// DeleteDocuments removes only documents without a documents row.
 	if err := s.DeleteDocuments(ctx, []string{"ghost", "a"}); err != nil {
 		t.Fatal(err)
