@@ -108,7 +108,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.sessionTimeout, "session-timeout", 45*time.Second, "how long the group waits for a silent member before moving its partitions (the broker bounds it, 6s..30m by default)")
 	fs.DurationVar(&f.rebalance, "rebalance-timeout", 60*time.Second, "how long the group waits for its members to give up revoked partitions in a rebalance")
 	fs.DurationVar(&f.livenessTimeout, "liveness-timeout", 5*time.Minute, "/livez fails when the poll loop has waited this long for records while the brokers say a partition it fetches has some (a wedged client; a slow store or a broker outage does not count)")
-	fs.DurationVar(&f.revokeTimeout, "revoke-timeout", 20*time.Second, "time a revoked partition's in-flight batch gets to finish and commit before it is cancelled uncommitted; must be below --rebalance-timeout")
+	fs.DurationVar(&f.revokeTimeout, "revoke-timeout", 20*time.Second, "time a revoked partition's in-flight batches get to finish and commit before they are cancelled uncommitted; must be below --rebalance-timeout")
 	fs.StringVar(&f.groupInstanceID, "group-instance-id", "", "static group membership id (KIP-345): a restarted process with the same id gets its partitions back at once; one distinct id per process (e.g. the pod name of a StatefulSet)")
 	fs.DurationVar(&f.retryMax, "retry-max", 30*time.Second, "longest wait between retries of a failing store")
 	fs.StringVar(&f.adminAddr, "admin-addr", "", "serve the admin endpoint (list partitions, resume a halted one) on this address, e.g. 127.0.0.1:8081; off when empty; anything but loopback needs --admin-token-file")

@@ -9,7 +9,7 @@
 // returned nil for every record up to the committed one. With
 // kgo.BlockRebalanceOnPoll, a rebalance can only happen between polls, and
 // the revoke callback waits for the workers of revoked partitions to finish
-// their batch and commit, so a partition is never handled by two members at
+// their batches in flight and commit, so a partition is never handled by two members at
 // once and no commit is made after a revoke. The revoke callback waits at
 // most RevokeTimeout, below the group's rebalance timeout, then cancels the
 // batches still in flight; a lost partition's are cancelled at once, and a
@@ -76,7 +76,7 @@ type Config struct {
 	// RebalanceTimeout is how long the group waits for every member to
 	// finish its revokes when it rebalances (kgo.RebalanceTimeout).
 	RebalanceTimeout time.Duration
-	// RevokeTimeout is how long a revoked partition's in-flight batch may
+	// RevokeTimeout is how long a revoked partition's in-flight batches may
 	// take to finish and commit; then it is cancelled uncommitted. It must
 	// be below RebalanceTimeout, so a member that cannot finish (a store
 	// down) has stopped writing before the group gives the partition to
@@ -382,7 +382,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	<-lagDone
 	// From here on nothing new is handed out. Leaving the group revokes
 	// every partition; the revoke callback waits for the workers, which
-	// finish their batch with workCtx, cancelled only if it takes too long.
+	// finish their batches with workCtx, cancelled only if they take too long.
 	timer := time.AfterFunc(c.cfg.ShutdownTimeout, func() {
 		c.log.Warn("shutdown timeout: abandoning in-flight batches uncommitted", zap.Duration("timeout", c.cfg.ShutdownTimeout))
 		c.cancelWork()
@@ -524,8 +524,8 @@ func (c *Consumer) assigned(_ context.Context, _ *kgo.Client, parts map[string][
 
 // revoked stops the workers of revoked partitions and waits for them: only
 // then may the group give the partitions to another member. A worker may
-// finish and commit its in-flight batch for RevokeTimeout, which is below
-// the group's rebalance timeout; then the batch is cancelled and left
+// finish and commit its in-flight batches for RevokeTimeout, which is below
+// the group's rebalance timeout; then the batches are cancelled and left
 // uncommitted, so the member never writes on after the group has moved the
 // partition on.
 func (c *Consumer) revoked(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
