@@ -330,7 +330,11 @@ func lateWriteWhileHeld(t *testing.T, lateWrite func(key string) *project.Write)
 	go func() { late <- s.Apply(ctx, lateWrite(key)) }()
 	// The late write waits on the owner's lock once Neo4j lists a
 	// transaction blocked on this test's document.
+	deadline := time.Now().Add(30 * time.Second)
 	for blocked := false; !blocked; {
+		if time.Now().After(deadline) {
+			t.Fatal("never saw the late write wait on the owner's transaction")
+		}
 		res, err := neo4j.ExecuteQuery(ctx, s.driver, `SHOW TRANSACTIONS YIELD status, parameters
 WHERE status STARTS WITH 'Blocked' AND any(d IN parameters.docs WHERE d.key = $k) RETURN count(*) AS n`,
 			map[string]any{"k": key}, neo4j.EagerResultTransformer)
