@@ -9,7 +9,7 @@ GOTEST_FLAGS ?= -count=1 -timeout 45m
 # at a time so their clean-ups cannot race.
 GOTEST_P    ?= 1
 
-.PHONY: all build test tools unit services services-down run up down demo lint fuzz bench
+.PHONY: all build test engine-test tools unit services services-down run up down demo lint fuzz bench
 
 all: build
 
@@ -17,9 +17,15 @@ build:
 	$(GO) build -o bin/projector ./cmd/projector
 
 # The README's test command. It installs and starts what is missing, then
-# runs every package against the real services.
-test: services tools
+# runs qdrant-engine's own tests and every package against the services.
+test: services tools engine-test
 	eval "$$(scripts/services.sh env)" && $(GO) test -p $(GOTEST_P) $(GOTEST_FLAGS) ./...
+
+# qdrant-engine's own tests, on the dependencies scripts/services.sh built
+# (release profile: a debug build would compile the engine again).
+engine-test:
+	eval "$$(scripts/services.sh env)" && cd qdrant-engine && \
+		CARGO_TARGET_DIR="$$PROJECTOR_TEST_QDRANT_ENGINE_TARGET" cargo test --release --locked --quiet
 
 # Tools some tests need beyond Go: promtool for the deploy checks. A missing
 # tool is reported by the tests that need it, so this never stops the run.

@@ -5,8 +5,9 @@
 #   postgres  PostgreSQL from Debian's packages, own cluster run as the postgres user
 #   kafka     the Apache Kafka broker (KRaft, one broker+controller), jars from Maven Central
 #   neo4j     the Neo4j Community engine with Bolt, jars from Maven Central (scripts/neo4j)
-#   qdrant    the real Qdrant server, unpacked once from ../shared/qdrant (or
-#             QDRANT_BIN, or Qdrant's release download), data on disk
+#   qdrant    Qdrant's engine (the crate qdrant-edge) behind the project's own
+#             Qdrant API server, qdrant-engine/, built once with cargo; a real
+#             Qdrant server instead with QDRANT_BIN or QDRANT_ADDR; data on disk
 #
 # Beside the plain endpoints the suite uses, each store also has a secured one, as
 # production would run it, for the security tests (e2e/security_test.go): a
@@ -575,80 +576,65 @@ wait_neo4j() {
 
 # --- Qdrant -------------------------------------------------------------------------
 
-QDRANT_VERSION=1.17.1
+# No package registry these machines reach ships the Qdrant server, but crates.io
+# ships its engine, the crate qdrant-edge. qdrant-engine/ is the project's own
+# small server of Qdrant's gRPC API on that engine; it is built here with cargo
+# once per source (about 8 minutes on two cores), outside the work tree so a
+# clean checkout reuses it. A real Qdrant server takes precedence: QDRANT_BIN
+# names one to run instead, QDRANT_ADDR (host:port, gRPC) one already running,
+# which the suite then shares (the secured instance and the tests' private
+# servers still come from QDRANT_BIN or qdrant-engine).
 QDRANT_HOME=$SERVICES_DIR/qdrant
 QDRANT_SECURE_HOME=$SERVICES_DIR/qdrant-secure
-# The server built for these machines beside the checkout (../shared/qdrant, see
-# its README), and Qdrant's own release of the same version for machines without it.
-QDRANT_SHARED_DIR=${QDRANT_SHARED_DIR:-$ROOT/../shared/qdrant}
-QDRANT_RELEASE_URL=https://github.com/qdrant/qdrant/releases/download/v$QDRANT_VERSION/qdrant-x86_64-unknown-linux-gnu.tar.gz
-QDRANT_RELEASE_API=https://api.github.com/repos/qdrant/qdrant/releases/tags/v$QDRANT_VERSION
+QDRANT_ENGINE_SRC=$ROOT/qdrant-engine
+QDRANT_ENGINE_CACHE=${QDRANT_ENGINE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/projector/qdrant-engine}
+QDRANT_ADDR=${QDRANT_ADDR:-}
+
+# qdrant_engine_key: a hash of all qdrant-engine is built from (lock file,
+# manifest, toolchain and sources): a change to any of them builds it again.
+qdrant_engine_key() {
+	(cd "$QDRANT_ENGINE_SRC" && find Cargo.lock Cargo.toml rust-toolchain.toml src -type f -print0 | sort -z |
+		xargs -0 sha1sum) | sha1sum | cut -c1-12
+}
 
 # qdrant_bin: print the path of the Qdrant server to run: QDRANT_BIN when set,
-# else the one unpacked into the download cache, made once from ../shared/qdrant
-# or from Qdrant's release, each checked against its SHA-256 before it is used.
+# else qdrant-engine, built first if this source has not been built yet.
 qdrant_bin() {
 	if [[ -n ${QDRANT_BIN:-} ]]; then
 		[[ -x $QDRANT_BIN ]] || die "qdrant: QDRANT_BIN=$QDRANT_BIN is not an executable file"
 		echo "$QDRANT_BIN"
 		return
 	fi
-	local dest
-	dest=$(dirname "$(qdrant_bin_path)")
-	if [[ ! -f $dest/.complete ]]; then
-		rm -rf "$dest"
-		mkdir -p "$dest"
-		if [[ -f $QDRANT_SHARED_DIR/qdrant-$QDRANT_VERSION-x86_64-linux-gnu.gz ]]; then
-			unpack_shared_qdrant "$dest"
-		else
-			download_qdrant "$dest"
-		fi
-		touch "$dest/.complete"
-	fi
-	echo "$dest/qdrant"
+	local bin
+	bin=$(qdrant_bin_path)
+	[[ -x $bin ]] || build_qdrant_engine "$bin"
+	echo "$bin"
 }
 
-# qdrant_bin_path: where qdrant_bin puts the server, without making it.
-qdrant_bin_path() { echo "${QDRANT_BIN:-$CACHE_DIR/qdrant-$QDRANT_VERSION/qdrant}"; }
+# qdrant_bin_path: where qdrant_bin finds the server, without building it.
+qdrant_bin_path() { echo "${QDRANT_BIN:-$QDRANT_ENGINE_CACHE/$(qdrant_engine_key)/qdrant-engine}"; }
 
-# unpack_shared_qdrant DEST: the server built from Qdrant's source; its
-# qdrant.sha256 is the hash of the unpacked executable.
-unpack_shared_qdrant() {
-	local dest=$1 gz=$QDRANT_SHARED_DIR/qdrant-$QDRANT_VERSION-x86_64-linux-gnu.gz want got
-	log "qdrant: unpacking Qdrant $QDRANT_VERSION from $QDRANT_SHARED_DIR into $dest"
-	[[ -f $QDRANT_SHARED_DIR/qdrant.sha256 ]] ||
-		die "qdrant: $QDRANT_SHARED_DIR/qdrant.sha256 is missing; it says what the server must hash to"
-	want=$(tr -d ' \n' <"$QDRANT_SHARED_DIR/qdrant.sha256")
-	gzip -dc "$gz" >"$dest/qdrant.part" || die "qdrant: cannot unpack $gz"
-	got=$(sha256sum "$dest/qdrant.part" | cut -d' ' -f1)
-	if [[ $got != "$want" ]]; then
-		rm -f "$dest/qdrant.part"
-		die "qdrant: the server unpacked from $gz hashes to $got, but qdrant.sha256 says $want; the file is damaged"
+# build_qdrant_engine DEST: cargo build of qdrant-engine/, with its locked
+# dependencies from crates.io, on the toolchain its rust-toolchain.toml names.
+build_qdrant_engine() {
+	local dest=$1 logf=$LOG_DIR/qdrant-engine-build.log
+	command -v cargo >/dev/null ||
+		die "qdrant: cargo not found; install Rust with rustup (qdrant-engine needs its nightly toolchain), or set QDRANT_BIN to a Qdrant server"
+	(cd "$QDRANT_ENGINE_SRC" && rustup which rustc >/dev/null 2>&1) ||
+		die "qdrant: the Rust toolchain of qdrant-engine/rust-toolchain.toml is not installed (rustup toolchain install nightly), or set QDRANT_BIN to a Qdrant server"
+	log "qdrant: building qdrant-engine (Qdrant's engine, the crate qdrant-edge, behind the project's Qdrant API server) into $(dirname "$dest"); about 8 minutes on two cores, once per source; log in $logf"
+	if ! (cd "$QDRANT_ENGINE_SRC" && CARGO_TARGET_DIR=$QDRANT_ENGINE_CACHE/target cargo build --release --locked) >"$logf" 2>&1; then
+		fail qdrant "$logf" "cargo could not build qdrant-engine"
 	fi
-	chmod +x "$dest/qdrant.part"
-	mv "$dest/qdrant.part" "$dest/qdrant"
-}
-
-# download_qdrant DEST: Qdrant's official release archive, checked against
-# QDRANT_RELEASE_SHA256 or, without it, the digest GitHub publishes for the asset.
-download_qdrant() {
-	local dest=$1 logf=$LOG_DIR/qdrant-download.log want got
-	log "qdrant: no $QDRANT_SHARED_DIR; downloading Qdrant $QDRANT_VERSION from $QDRANT_RELEASE_URL"
-	want=${QDRANT_RELEASE_SHA256:-$(curl -fsSL "$QDRANT_RELEASE_API" 2>"$logf" | tr ',{}' '\n\n\n' |
-		grep -A3 '"name": *"qdrant-x86_64-unknown-linux-gnu.tar.gz"' |
-		sed -n 's/.*"digest": *"sha256:\([0-9a-f]*\)".*/\1/p' | head -n 1)}
-	[[ -n $want ]] || fail qdrant "$logf" "cannot learn the SHA-256 of Qdrant's release from $QDRANT_RELEASE_API; set QDRANT_RELEASE_SHA256, or QDRANT_BIN to a Qdrant $QDRANT_VERSION server"
-	curl -fsSL -o "$dest/release.tar.gz" "$QDRANT_RELEASE_URL" 2>>"$logf" ||
-		fail qdrant "$logf" "cannot download $QDRANT_RELEASE_URL; put the server in $QDRANT_SHARED_DIR or set QDRANT_BIN to a Qdrant $QDRANT_VERSION server"
-	got=$(sha256sum "$dest/release.tar.gz" | cut -d' ' -f1)
-	[[ $got == "$want" ]] || die "qdrant: the release archive hashes to $got, want $want"
-	tar -xzf "$dest/release.tar.gz" -C "$dest" qdrant || die "qdrant: the release archive has no qdrant executable"
-	rm -f "$dest/release.tar.gz"
+	mkdir -p "$(dirname "$dest")"
+	cp "$QDRANT_ENGINE_CACHE/target/release/qdrant-engine" "$dest.part"
+	mv "$dest.part" "$dest"
 }
 
 # write_qdrant_config HOME HTTP_PORT GRPC_PORT [secure]: one server's configuration,
 # written on every start so that port overrides take effect. The secured server
-# requires the API key and serves REST and gRPC over TLS only.
+# requires the API key and serves REST and gRPC over TLS only. Both servers read
+# the same file: qdrant-engine takes Qdrant's keys.
 write_qdrant_config() {
 	local home=$1 http=$2 grpc=$3
 	mkdir -p "$home"
@@ -676,7 +662,7 @@ EOF
 	fi
 }
 
-# ensure_curl: curl asks Qdrant's /readyz (and downloads its release).
+# ensure_curl: curl asks the servers' /readyz.
 ensure_curl() {
 	command -v curl >/dev/null && return
 	log "qdrant: installing curl"
@@ -684,24 +670,38 @@ ensure_curl() {
 		fail qdrant "$LOG_DIR/apt-curl.log" "apt-get install curl failed"
 }
 
+# qdrant_external_up: whether the server of QDRANT_ADDR accepts connections.
+qdrant_external_up() { (exec 3<>"/dev/tcp/${QDRANT_ADDR%:*}/${QDRANT_ADDR##*:}") 2>/dev/null; }
+
+qdrant_running() {
+	running_pid qdrant-secure >/dev/null || return 1
+	if [[ -n $QDRANT_ADDR ]]; then qdrant_external_up; else running_pid qdrant >/dev/null; fi
+}
+
 start_qdrant() {
 	local bin
 	ensure_curl
-	if running_pid qdrant >/dev/null && running_pid qdrant-secure >/dev/null; then
+	if qdrant_running; then
 		log "qdrant: already running"
 		return
 	fi
 	stop_qdrant
-	require_free_port qdrant "$QDRANT_HTTP_PORT" QDRANT_HTTP_PORT
-	require_free_port qdrant "$QDRANT_GRPC_PORT" QDRANT_GRPC_PORT
+	if [[ -z $QDRANT_ADDR ]]; then
+		require_free_port qdrant "$QDRANT_HTTP_PORT" QDRANT_HTTP_PORT
+		require_free_port qdrant "$QDRANT_GRPC_PORT" QDRANT_GRPC_PORT
+	fi
 	require_free_port qdrant "$QDRANT_SECURE_HTTP_PORT" QDRANT_SECURE_HTTP_PORT
 	require_free_port qdrant "$QDRANT_SECURE_GRPC_PORT" QDRANT_SECURE_GRPC_PORT
 	bin=$(qdrant_bin)
-	write_qdrant_config "$QDRANT_HOME" "$QDRANT_HTTP_PORT" "$QDRANT_GRPC_PORT"
 	write_qdrant_config "$QDRANT_SECURE_HOME" "$QDRANT_SECURE_HTTP_PORT" "$QDRANT_SECURE_GRPC_PORT" secure
-	log "qdrant: starting Qdrant $QDRANT_VERSION on 127.0.0.1:$QDRANT_GRPC_PORT (gRPC) and :$QDRANT_HTTP_PORT (REST); with an API key and TLS on :$QDRANT_SECURE_GRPC_PORT and :$QDRANT_SECURE_HTTP_PORT"
-	# Qdrant looks for its optional config/ directory in its working directory.
-	(cd "$QDRANT_HOME" && launch qdrant "$bin" --config-path "$QDRANT_HOME/config.yaml")
+	if [[ -z $QDRANT_ADDR ]]; then
+		write_qdrant_config "$QDRANT_HOME" "$QDRANT_HTTP_PORT" "$QDRANT_GRPC_PORT"
+		log "qdrant: starting $bin on 127.0.0.1:$QDRANT_GRPC_PORT (gRPC) and :$QDRANT_HTTP_PORT (REST); with an API key and TLS on :$QDRANT_SECURE_GRPC_PORT and :$QDRANT_SECURE_HTTP_PORT"
+		# Qdrant looks for its optional config/ directory in its working directory.
+		(cd "$QDRANT_HOME" && launch qdrant "$bin" --config-path "$QDRANT_HOME/config.yaml")
+	else
+		log "qdrant: using the Qdrant server at $QDRANT_ADDR (QDRANT_ADDR); starting $bin with an API key and TLS on :$QDRANT_SECURE_GRPC_PORT and :$QDRANT_SECURE_HTTP_PORT"
+	fi
 	(cd "$QDRANT_SECURE_HOME" && launch qdrant-secure "$bin" --config-path "$QDRANT_SECURE_HOME/config.yaml")
 }
 
@@ -710,7 +710,7 @@ stop_qdrant() {
 	stop_pid_service qdrant
 }
 
-# qdrant_ready PORT [secure]: whether Qdrant's REST /readyz answers 200, which it
+# qdrant_ready PORT [secure]: whether the REST /readyz answers 200, which it
 # does once the collections on disk are loaded; the gRPC port opens only then too.
 qdrant_ready() {
 	if [[ ${2:-} == secure ]]; then
@@ -720,12 +720,36 @@ qdrant_ready() {
 	fi
 }
 
+# qdrant_version PORT: what serves the index, from the REST root: the Qdrant
+# server's version, or qdrant-engine's API version and engine.
+qdrant_version() {
+	local root version engine
+	root=$(curl -fsS -m 3 "http://127.0.0.1:$1/" 2>/dev/null) || { echo "version unknown"; return; }
+	version=$(sed -n 's/.*"version":"\([^"]*\)".*/\1/p' <<<"$root")
+	engine=$(sed -n 's/.*"engine":"\([^"]*\)".*/\1/p' <<<"$root")
+	if [[ -n $engine ]]; then
+		echo "qdrant-engine: Qdrant API $version on Qdrant's engine $engine"
+	else
+		echo "the Qdrant server ${version:-of unknown version}"
+	fi
+}
+
 wait_qdrant() {
-	local version
-	wait_until qdrant "$LOG_DIR/qdrant.log" "$START_TIMEOUT_QDRANT" qdrant_ready "$QDRANT_HTTP_PORT"
+	if [[ -z $QDRANT_ADDR ]]; then
+		wait_until qdrant "$LOG_DIR/qdrant.log" "$START_TIMEOUT_QDRANT" qdrant_ready "$QDRANT_HTTP_PORT"
+	else
+		local deadline=$((SECONDS + START_TIMEOUT_QDRANT))
+		until qdrant_external_up; do
+			((SECONDS < deadline)) || die "qdrant: nothing answers on QDRANT_ADDR=$QDRANT_ADDR after ${START_TIMEOUT_QDRANT}s"
+			sleep 0.5
+		done
+	fi
 	wait_until qdrant-secure "$LOG_DIR/qdrant-secure.log" "$START_TIMEOUT_QDRANT" qdrant_ready "$QDRANT_SECURE_HTTP_PORT" secure
-	version=$(curl -fsS -m 3 "http://127.0.0.1:$QDRANT_HTTP_PORT/" | sed -n 's/.*"version":"\([^"]*\)".*/\1/p')
-	log "qdrant: up on 127.0.0.1:$QDRANT_GRPC_PORT (Qdrant ${version:-?}); API key and TLS on 127.0.0.1:$QDRANT_SECURE_GRPC_PORT"
+	if [[ -z $QDRANT_ADDR ]]; then
+		log "qdrant: up on 127.0.0.1:$QDRANT_GRPC_PORT ($(qdrant_version "$QDRANT_HTTP_PORT")); API key and TLS on 127.0.0.1:$QDRANT_SECURE_GRPC_PORT"
+	else
+		log "qdrant: the Qdrant server at $QDRANT_ADDR answers; API key and TLS on 127.0.0.1:$QDRANT_SECURE_GRPC_PORT ($(qdrant_version "$QDRANT_SECURE_HTTP_PORT"))"
+	fi
 }
 
 # --- commands -----------------------------------------------------------------------
@@ -749,17 +773,17 @@ in_order() {
 is_up() {
 	case $1 in
 	postgres) pg_running ;;
-	qdrant) running_pid qdrant >/dev/null && running_pid qdrant-secure >/dev/null ;;
+	qdrant) qdrant_running ;;
 	*) running_pid "$1" >/dev/null ;;
 	esac
 }
 
-port_of() {
+addr_of() {
 	case $1 in
-	postgres) echo "$PG_PORT" ;;
-	kafka) echo "$KAFKA_PORT" ;;
-	neo4j) echo "$NEO4J_BOLT_PORT" ;;
-	qdrant) echo "$QDRANT_GRPC_PORT" ;;
+	postgres) echo "127.0.0.1:$PG_PORT" ;;
+	kafka) echo "127.0.0.1:$KAFKA_PORT" ;;
+	neo4j) echo "127.0.0.1:$NEO4J_BOLT_PORT" ;;
+	qdrant) echo "${QDRANT_ADDR:-127.0.0.1:$QDRANT_GRPC_PORT}" ;;
 	esac
 }
 
@@ -788,7 +812,7 @@ cmd_stop() {
 leftovers() {
 	DIRS="$SERVICES_DIR/|$CACHE_DIR/|$(pg_home)/" ps -eo pid=,comm=,args= | awk '
 		BEGIN { n = split(ENVIRON["DIRS"], dirs, "|") }
-		$2 == "java" || $2 == "postgres" || $2 == "qdrant" {
+		$2 == "java" || $2 == "postgres" || $2 ~ /^qdrant/ {
 			for (i = 1; i <= n; i++) if (index($0, dirs[i])) { print $1; break }
 		}'
 }
@@ -810,9 +834,9 @@ cmd_status() {
 	local s rc=0
 	for s in "$@"; do
 		if is_up "$s"; then
-			printf '%-9s up    127.0.0.1:%s\n' "$s" "$(port_of "$s")"
+			printf '%-9s up    %s\n' "$s" "$(addr_of "$s")"
 		else
-			printf '%-9s down  127.0.0.1:%s\n' "$s" "$(port_of "$s")"
+			printf '%-9s down  %s\n' "$s" "$(addr_of "$s")"
 			rc=1
 		fi
 	done
@@ -826,7 +850,7 @@ export PROJECTOR_POSTGRES_DSN='postgres://projector:projector@127.0.0.1:$PG_PORT
 export PROJECTOR_NEO4J_URI='bolt://127.0.0.1:$NEO4J_BOLT_PORT'
 export PROJECTOR_NEO4J_USER='neo4j'
 export PROJECTOR_NEO4J_PASSWORD=''
-export PROJECTOR_QDRANT_ADDR='127.0.0.1:$QDRANT_GRPC_PORT'
+export PROJECTOR_QDRANT_ADDR='${QDRANT_ADDR:-127.0.0.1:$QDRANT_GRPC_PORT}'
 export PROJECTOR_SECURE_CA_FILE='$TLS_DIR/ca.crt'
 export PROJECTOR_SECURE_BROKERS='127.0.0.1:$KAFKA_SECURE_PORT'
 export PROJECTOR_SECURE_KAFKA_USER='projector'
@@ -839,6 +863,7 @@ export PROJECTOR_SECURE_NEO4J_PASSWORD_FILE='$SECRETS_DIR/neo4j-password'
 export PROJECTOR_SECURE_QDRANT_ADDR='127.0.0.1:$QDRANT_SECURE_GRPC_PORT'
 export PROJECTOR_SECURE_QDRANT_API_KEY_FILE='$SECRETS_DIR/qdrant-api-key'
 export PROJECTOR_TEST_QDRANT_BIN='$(qdrant_bin_path)'
+export PROJECTOR_TEST_QDRANT_ENGINE_TARGET='$QDRANT_ENGINE_CACHE/target'
 EOF
 }
 
