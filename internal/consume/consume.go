@@ -10,7 +10,10 @@
 // kgo.BlockRebalanceOnPoll, a rebalance can only happen between polls, and
 // the revoke callback waits for the workers of revoked partitions to finish
 // their batches in flight and commit, so a partition is never handled by two members at
-// once and no commit is made after a revoke. The revoke callback waits at
+// once and no commit is made after a revoke. The poll loop never waits for
+// a worker, so the callbacks always run when the group rebalances: a
+// partition whose worker is behind has its fetching paused instead, until
+// the worker catches up. The revoke callback waits at
 // most RevokeTimeout, below the group's rebalance timeout, then cancels the
 // batches still in flight; a lost partition's are cancelled at once, and a
 // cancelled batch is never committed.
@@ -91,7 +94,7 @@ type Config struct {
 	InstanceID string
 	// LagInterval is how often the end offsets are read from the brokers
 	// for the lag gauge, so it keeps growing while polling stands still
-	// (a store is down and the partition queues are full).
+	// (a store is down and fetching of the partitions is paused).
 	LagInterval time.Duration
 	// StallTimeout is how long the poll loop may wait for records while
 	// a partition it fetches lags before Stalled reports it wedged
@@ -213,8 +216,9 @@ func (c *Consumer) Resume(ctx context.Context, topic string, partition int32) er
 // Stalled reports a wedged poll loop: it has waited for records for over
 // StallTimeout while the brokers, which answered the end offsets lately,
 // say that a partition it fetches (one not halted) has records it has not
-// received. A poll loop held back by a slow store is not stalled: it waits
-// in handing records to a worker, not in the poll. Neither is one during a
+// received. A poll loop held back by a slow store is not stalled: the
+// partitions it waits for hold records received and not yet committed, and
+// their fetching is paused until their workers catch up. Neither is one during a
 // broker outage, when the end offsets cannot be read: restarting helps
 // neither. What a restart may cure (a client that stopped fetching) it
 // reports, for a liveness probe.
@@ -461,7 +465,7 @@ func (c *Consumer) poll(ctx context.Context) error {
 					fatal = fmt.Errorf("records for unassigned partition %s/%d", t.Topic, p.Partition)
 					return
 				}
-				w.enqueue(ctx, project.TopicID(t.TopicID), p.Records, p.HighWatermark)
+				w.enqueue(project.TopicID(t.TopicID), p.Records, p.HighWatermark)
 			}
 		})
 		c.serveResumes()
@@ -474,7 +478,7 @@ func (c *Consumer) poll(ctx context.Context) error {
 
 // refreshLag reads the partitions' end offsets every LagInterval until ctx
 // ends. Polls and commits update the lag too, but when a store is down the
-// poll loop waits on a full partition queue, and without this the gauge
+// poll loop has every partition paused, and without this the gauge
 // would stand still while the backlog grows.
 func (c *Consumer) refreshLag(ctx context.Context) {
 	adm := kadm.NewClient(c.cl)
@@ -573,10 +577,9 @@ func (c *Consumer) stopWorkers(parts map[string][]int32, why string) {
 	}
 	for _, w := range stopping {
 		<-w.done
-		if w.halted.Load() {
-			// Whoever gets the partition next starts fresh.
-			c.cl.ResumeFetchPartitions(map[string][]int32{w.topic: {w.partition}})
-		}
+		// Fetching was paused if the partition halted or its worker was
+		// behind; whoever gets the partition next starts fresh.
+		c.cl.ResumeFetchPartitions(map[string][]int32{w.topic: {w.partition}})
 		c.m.forget(w.topic, w.partition)
 		c.log.Info("partition "+why, zap.String("topic", w.topic), zap.Int32("partition", w.partition))
 	}

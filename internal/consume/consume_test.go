@@ -323,3 +323,106 @@ func TestStalledPollLoop(t *testing.T) {
 	unhold()
 	waitFor(t, "the held records handled and Stalled clear", func() bool { return count() == 5 && cons.Stalled() == nil })
 }
+
+// TestRevokeCancelsInFlightWithBacklog: batches that cannot finish, with
+// a backlog of polls behind them, must not keep the group from
+// rebalancing: the revoke runs, the batch of the partition that moves is
+// cancelled after RevokeTimeout, and only then does the partition's next
+// owner get its records. The poll loop used to hand polls to a worker by
+// waiting on its queue: with a backlog it waited for ever, no revoke ran,
+// and after the rebalance timeout the group gave the partition to the
+// second member while the first still wrote.
+func TestRevokeCancelsInFlightWithBacklog(t *testing.T) {
+	for _, inFlight := range []int{1, 2} {
+		t.Run(fmt.Sprintf("%d in flight", inFlight), func(t *testing.T) {
+			c := newCluster(t, 2, 1000)
+			var mu sync.Mutex
+			var events []string
+			note := func(e string, p int32) {
+				mu.Lock()
+				defer mu.Unlock()
+				if e = fmt.Sprintf("%s %d", e, p); !slices.Contains(events, e) {
+					events = append(events, e)
+				}
+			}
+			at := func(e string, p int32) int {
+				mu.Lock()
+				defer mu.Unlock()
+				return slices.Index(events, fmt.Sprintf("%s %d", e, p))
+			}
+			first := c.startWith("backlog", handlerFunc(func(ctx context.Context, recs []*kgo.Record) error {
+				note("first handling", recs[0].Partition)
+				<-ctx.Done()
+				note("first cancelled", recs[0].Partition)
+				return ctx.Err()
+			}), func(cfg *Config) { cfg.MaxPollRecords, cfg.BatchesInFlight = 150, inFlight })
+			// A worker holds one poll and the poll loop has handed it as
+			// many as it may: any further poll of it has to wait.
+			waitFor(t, "a backlog behind a batch in flight", func() bool {
+				return mostPendingPolls(first.c) >= 2+queueSize(inFlight)
+			})
+			second := c.startWith("backlog", handlerFunc(func(_ context.Context, recs []*kgo.Record) error {
+				note("second handling", recs[0].Partition)
+				return nil
+			}), func(cfg *Config) { cfg.MaxPollRecords = 150 })
+			var moved int32 = -1
+			waitFor(t, "the second member handling a partition", func() bool {
+				for _, p := range []int32{0, 1} {
+					if at("second handling", p) >= 0 {
+						moved = p
+						return true
+					}
+				}
+				return false
+			})
+			if cancelled, took := at("first cancelled", moved), at("second handling", moved); cancelled < 0 || cancelled > took {
+				mu.Lock()
+				t.Errorf("events %v: the first member's batch of partition %d was not cancelled before the second member took it", events, moved)
+				mu.Unlock()
+			}
+			second.stop()
+			first.stop()
+		})
+	}
+}
+
+// mostPendingPolls is the most polls received and not committed by one
+// worker of c.
+func mostPendingPolls(c *Consumer) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	n := 0
+	for _, w := range c.workers {
+		w.mu.Lock()
+		n = max(n, len(w.pending))
+		w.mu.Unlock()
+	}
+	return n
+}
+
+// TestThrottledPartitionIsNotStalled: a worker held back by a slow store
+// has its partition's fetching paused, so the poll loop waits in the poll
+// while the partition lags; that is back-pressure, not a wedged client,
+// and Stalled (which /livez serves) must not report it.
+func TestThrottledPartitionIsNotStalled(t *testing.T) {
+	c := newCluster(t, 1, 1000)
+	release := make(chan struct{})
+	m := c.startWith("throttled", handlerFunc(func(ctx context.Context, _ []*kgo.Record) error {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	}), func(cfg *Config) {
+		cfg.MaxPollRecords, cfg.StallTimeout, cfg.LagInterval = 150, 100*time.Millisecond, 20*time.Millisecond
+	})
+	defer close(release)
+	waitFor(t, "a backlog behind the held batch", func() bool { return mostPendingPolls(m.c) >= 3 })
+	waitFor(t, "the poll loop polling past StallTimeout with the lag read since", func() bool {
+		since, read := m.c.pollingSince.Load(), m.c.lagRead.Load()
+		return since != 0 && time.Since(time.Unix(0, since)) > 2*m.c.cfg.StallTimeout && read > since
+	})
+	if err := m.c.Stalled(); err != nil {
+		t.Errorf("Stalled = %v while a slow store holds the partition back, want nil", err)
+	}
+}

@@ -26,26 +26,31 @@ type worker struct {
 	c         *Consumer
 	topic     string
 	partition int32
-	// queue holds at most one poll beside the one being handled, which
-	// bounds the records in flight per partition. With more than one batch
-	// in flight the worker takes the next poll as soon as it can start a
-	// batch of it, so it holds that poll itself and the queue has no room:
-	// the records held stay as many as with one batch in flight.
-	queue  chan polled
+	// ready tells the worker that the poll loop put a poll in its inbox.
+	ready  chan struct{}
 	quit   chan struct{}
 	done   chan struct{}
 	cancel context.CancelFunc
 	log    *zap.Logger
 	// halted is set when the partition halts; the poll loop then drops the
-	// partition's records instead of waiting on the queue.
+	// partition's records instead of handing them over.
 	halted atomic.Bool
 	// resume takes the poll loop's request to resume a halted partition;
 	// the halt loop closes the channel it is sent once it has resumed.
 	resume chan chan struct{}
 
-	// mu guards pending, next and highWatermark, read by the metrics
-	// scrape and written by the poll loop and the worker.
+	// mu guards inbox, throttled, pending, next and highWatermark, read by
+	// the metrics scrape and written by the poll loop and the worker.
 	mu sync.Mutex
+	// inbox holds the polls handed over and not yet taken by the worker.
+	// The poll loop never waits for a worker, or the group's rebalance
+	// callbacks could not run (kgo.BlockRebalanceOnPoll): once the inbox
+	// holds more than queueSize polls it pauses fetching the partition
+	// (throttled), and the worker resumes it when it has taken them. That
+	// bounds the records a partition holds as a queue of queueSize polls
+	// beside the one being handled would.
+	inbox     []polled
+	throttled bool
 	// pending holds the receive times of queued and in-flight batches.
 	pending       []time.Time
 	next          int64 // next offset to commit; -1 until known
@@ -67,7 +72,7 @@ func newWorker(c *Consumer, topic string, partition int32) (*worker, context.Con
 	ctx, cancel := context.WithCancel(c.workCtx)
 	return &worker{
 		c: c, topic: topic, partition: partition, cancel: cancel,
-		queue:  make(chan polled, queueSize(c.cfg.BatchesInFlight)),
+		ready:  make(chan struct{}, 1),
 		quit:   make(chan struct{}),
 		done:   make(chan struct{}),
 		resume: make(chan chan struct{}),
@@ -76,6 +81,11 @@ func newWorker(c *Consumer, topic string, partition int32) (*worker, context.Con
 	}, ctx
 }
 
+// queueSize is how many polls a worker's inbox holds before fetching its
+// partition is paused. With more than one batch in flight the worker takes
+// the next poll as soon as it can start a batch of it, so it holds that poll
+// itself and the inbox has no room: the records held stay as many as with
+// one batch in flight.
 func queueSize(batchesInFlight int) int {
 	if batchesInFlight > 1 {
 		return 0
@@ -83,10 +93,11 @@ func queueSize(batchesInFlight int) int {
 	return 1
 }
 
-// enqueue hands a poll's records to the worker, blocking while the worker
-// is a batch behind; that back-pressure stops polling, so memory stays
-// bounded by configuration, not by the backlog.
-func (w *worker) enqueue(ctx context.Context, topicID project.TopicID, recs []*kgo.Record, highWatermark int64) {
+// enqueue hands a poll's records to the worker without waiting. When the
+// worker is behind, fetching the partition is paused until it catches up:
+// that back-pressure bounds memory by configuration, not by the backlog,
+// while the poll loop goes on serving the other partitions and the group.
+func (w *worker) enqueue(topicID project.TopicID, recs []*kgo.Record, highWatermark int64) {
 	if w.halted.Load() {
 		return // left uncommitted; fetching the partition is paused
 	}
@@ -97,13 +108,50 @@ func (w *worker) enqueue(ctx context.Context, topicID project.TopicID, recs []*k
 		w.next = recs[0].Offset
 	}
 	w.highWatermark = highWatermark
+	w.inbox = append(w.inbox, p)
+	if len(w.inbox) > queueSize(w.c.cfg.BatchesInFlight) && !w.throttled {
+		w.throttled = true
+		w.c.cl.PauseFetchPartitions(map[string][]int32{w.topic: {w.partition}})
+	}
 	w.mu.Unlock()
 	w.updateLag()
+	w.signal()
+}
+
+// signal wakes the worker to look at its inbox.
+func (w *worker) signal() {
 	select {
-	case w.queue <- p:
-	case <-ctx.Done():
-		w.popPending()
+	case w.ready <- struct{}{}:
+	default: // a wake-up is pending already
 	}
+}
+
+// take removes the oldest poll of the inbox, and resumes fetching the
+// partition once the inbox has room again. ok is false when it is empty.
+func (w *worker) take() (p polled, ok bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if len(w.inbox) == 0 {
+		return polled{}, false
+	}
+	p, w.inbox = w.inbox[0], w.inbox[1:]
+	if len(w.inbox) > 0 {
+		w.signal()
+	}
+	if w.throttled && len(w.inbox) <= queueSize(w.c.cfg.BatchesInFlight) {
+		w.throttled = false
+		w.c.cl.ResumeFetchPartitions(map[string][]int32{w.topic: {w.partition}})
+	}
+	return p, true
+}
+
+// dropInbox discards the polls not taken yet, uncommitted: the partition
+// halted, and fetching starts again at its first uncommitted record.
+func (w *worker) dropInbox() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.inbox = nil
+	w.throttled = false
 }
 
 // batch is the part of one poll that one Handle call takes.
@@ -150,9 +198,9 @@ func (w *worker) run(ctx context.Context) {
 		if quit == nil && len(inflight) == 0 {
 			return
 		}
-		var queue <-chan polled
+		var ready <-chan struct{}
 		if quit != nil && len(backlog) == 0 && len(inflight) < w.c.cfg.BatchesInFlight {
-			queue = w.queue
+			ready = w.ready
 		}
 		var oldest <-chan struct{}
 		if len(inflight) > 0 {
@@ -164,8 +212,10 @@ func (w *worker) run(ctx context.Context) {
 			// RevokeTimeout); the rest is left uncommitted for the
 			// partition's next owner.
 			quit, backlog = nil, nil
-		case p := <-queue:
-			backlog = w.split(p)
+		case <-ready:
+			if p, ok := w.take(); ok {
+				backlog = w.split(p)
+			}
 		case <-oldest:
 			f := inflight[0]
 			inflight = inflight[1:]
@@ -273,6 +323,7 @@ func (w *worker) halt(err error) bool {
 	w.c.m.halts.WithLabelValues(reason).Inc()
 	w.halted.Store(true)
 	w.c.cl.PauseFetchPartitions(map[string][]int32{w.topic: {w.partition}})
+	w.dropInbox()
 	for {
 		select {
 		case <-w.quit:
@@ -281,13 +332,7 @@ func (w *worker) halt(err error) bool {
 		case resumed := <-w.resume:
 			// The poll loop has set the fetch position back to the first
 			// uncommitted record; what was polled before is dropped.
-			for drained := false; !drained; {
-				select {
-				case <-w.queue:
-				default:
-					drained = true
-				}
-			}
+			w.dropInbox()
 			w.mu.Lock()
 			w.pending = w.pending[:0]
 			w.haltReason, w.haltCause = "", ""
@@ -297,8 +342,9 @@ func (w *worker) halt(err error) bool {
 			w.halted.Store(false)
 			close(resumed)
 			return true
-		case <-w.queue:
+		case <-w.ready:
 			// Polled before the pause took effect: dropped uncommitted.
+			w.dropInbox()
 		}
 	}
 }
