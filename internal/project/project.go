@@ -298,6 +298,13 @@ func (p *Projector) handle(ctx context.Context, items []item) error {
 		}
 	}
 	pl := fold(states, items, p.cfg.OnConflict, p.cfg.Writer)
+	// The fold's letters (bad input, version conflicts) leave before any
+	// store is written: once a later event of the batch is in the
+	// relational store, a conflict read again is stale, and a letter still
+	// owed after a crash there would never be sent.
+	if err := p.sendLetters(ctx, pl.letters); err != nil {
+		return err
+	}
 	w, err := p.buildWrite(ctx, pl)
 	if KindOf(err) == Rejected && ctx.Err() == nil {
 		// The embedder refused a text: only its record is dead-lettered.
@@ -318,10 +325,9 @@ func (p *Projector) handle(ctx context.Context, items []item) error {
 		if err != nil {
 			return err
 		}
-		pl.letters = append(pl.letters, letters...)
-	}
-	if err := p.sendLetters(ctx, pl.letters); err != nil {
-		return err
+		if err := p.sendLetters(ctx, letters); err != nil {
+			return err
+		}
 	}
 	p.record(ctx, items)
 	return nil
@@ -333,6 +339,11 @@ func (p *Projector) isolate(ctx context.Context, items []item, cause error) erro
 	if len(items) > 1 {
 		p.log.Warn("a store rejected a batch; retrying its records one by one", zap.Int("records", len(items)), zap.Error(cause))
 		for i := range items {
+			if it := &items[i]; it.outcome == OutcomeDLQ || it.reason == ReasonVersionConflict {
+				// Its letter left before the stores were written.
+				p.record(ctx, items[i:i+1])
+				continue
+			}
 			if err := p.handle(ctx, items[i:i+1]); err != nil {
 				return err
 			}

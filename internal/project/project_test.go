@@ -259,6 +259,33 @@ func TestRejectedRecordIsIsolated(t *testing.T) {
 	}
 }
 
+// TestRejectedBatchSendsEachLetterOnce: the letters of a batch leave
+// before its stores are written; when a store then rejects the batch and
+// its records are retried one by one, a conflict already dead-lettered is
+// not sent again.
+func TestRejectedBatchSendsEachLetterOnce(t *testing.T) {
+	f := newFixture(t, Config{})
+	if err := f.p.Handle(context.Background(), TopicID{}, []*kgo.Record{rec(0, "a", upsert("a", 1))}); err != nil {
+		t.Fatalf("Handle: %v", err)
+	}
+	f.rel.fail = func(w *Write) error {
+		for _, d := range w.Live {
+			if d.Key == "poison" {
+				return &StoreError{Store: StoreRelational, Kind: Rejected, Err: errors.New("value too long")}
+			}
+		}
+		return nil
+	}
+	other := `{"document_key":"a","version":1,"chunks":[{"text":"other"}]}`
+	recs := []*kgo.Record{rec(1, "a", other), rec(2, "poison", upsert("poison", 1)), rec(3, "bad", "{")}
+	if err := f.p.Handle(context.Background(), TopicID{}, recs); err != nil {
+		t.Fatalf("Handle: %v", err)
+	}
+	if got, want := f.letters.reasons(), []string{"not_json:bad", "store_rejected:poison", "version_conflict:a"}; !slices.Equal(got, want) {
+		t.Errorf("dead letters = %v, want %v", got, want)
+	}
+}
+
 func TestFatalFailureRetriesUntilStopped(t *testing.T) {
 	f := newFixture(t, Config{})
 	f.index.fail = func(*Write) error {
@@ -430,5 +457,56 @@ func TestLateWriteAfterWithdrawal(t *testing.T) {
 	}
 	if got := f.letters.reasons(); len(got) != 0 {
 		t.Errorf("dead letters = %v, want none", got)
+	}
+}
+
+// crashAt stops a batch at a fault point, as a process killed right there
+// leaves it: written up to that point, nothing after it done. It panics
+// with crash, which the test recovers.
+type crashAt string
+
+type crash struct{}
+
+func (c crashAt) At(_ context.Context, point string) {
+	if point == string(c) {
+		panic(crash{})
+	}
+}
+
+// TestConflictDeadLetteredWhateverTheCrash: a version conflict followed
+// in its batch by a newer version must reach the dead-letter topic even
+// when the process dies after the relational write. Read again, the
+// conflict is stale (the newer version is stored), so the letter has to
+// leave before any store is written; it used to leave after the fences,
+// and such a crash lost it.
+func TestConflictDeadLetteredWhateverTheCrash(t *testing.T) {
+	for _, point := range []string{"before-index", "after-index", "after-graph", "after-relational"} {
+		t.Run(point, func(t *testing.T) {
+			f := newFixture(t, Config{})
+			if err := f.p.Handle(context.Background(), TopicID{}, []*kgo.Record{rec(0, "a", upsert("a", 1))}); err != nil {
+				t.Fatalf("Handle: %v", err)
+			}
+			other := `{"document_key":"a","version":1,"chunks":[{"text":"other"}]}`
+			batch := []*kgo.Record{rec(1, "a", other), rec(2, "a", upsert("a", 2))}
+			func() {
+				defer func() {
+					if r := recover(); r != (crash{}) {
+						t.Fatalf("Handle with a crash at %s: recovered %v, want the crash", point, r)
+					}
+				}()
+				f.p.d.Faults = crashAt(point)
+				_ = f.p.Handle(context.Background(), TopicID{}, batch)
+			}()
+			f.p.d.Faults = nil
+			if err := f.p.Handle(context.Background(), TopicID{}, batch); err != nil {
+				t.Fatalf("Handle of the batch delivered again: %v", err)
+			}
+			if got := f.letters.reasons(); !slices.Contains(got, "version_conflict:a") {
+				t.Errorf("dead letters = %v, want the conflict of offset 1 among them", got)
+			}
+			if st := f.rel.states["a"]; st.Version != 2 {
+				t.Errorf("relational version = %d, want 2", st.Version)
+			}
+		})
 	}
 }
