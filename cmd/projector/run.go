@@ -31,6 +31,7 @@ import (
 	"github.com/projector/projector/internal/health"
 	"github.com/projector/projector/internal/httpserver"
 	"github.com/projector/projector/internal/project"
+	"github.com/projector/projector/internal/store/postgres"
 	"github.com/projector/projector/internal/trace"
 )
 
@@ -300,7 +301,7 @@ func serve(ctx context.Context, f *runFlags, log *zap.Logger, reg *prometheus.Re
 		FetchMaxBytes: int32(f.fetchMaxBytes), FetchMaxPartitionBytes: int32(f.fetchPartBytes), ShutdownTimeout: f.shutdownTimeout,
 		SessionTimeout: f.sessionTimeout, RebalanceTimeout: f.rebalance, RevokeTimeout: f.revokeTimeout, InstanceID: f.groupInstanceID,
 		StallTimeout: f.livenessTimeout,
-	}, log.With(zap.String("component", "consume")), reg, status, proj, append(base, kgo.ClientID("projector"),
+	}, log.With(zap.String("component", "consume")), reg, status, proj, fenceSource{st.relational, f.instanceID}, append(base, kgo.ClientID("projector"),
 		kgo.WithHooks(kprom.NewMetrics("projector_kafka", kprom.Registerer(reg))))...)
 	if err != nil {
 		return err
@@ -473,4 +474,15 @@ func kafkaUnreachable(err error) bool {
 		return op.Op != "remote error" // a TLS alert from the broker, e.g. a rejected client certificate
 	}
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
+}
+
+// fenceSource takes partitions' fencing tokens from the relational store in
+// this process's name, for the consumer.
+type fenceSource struct {
+	rel    *postgres.Store
+	writer string
+}
+
+func (f fenceSource) AcquireFence(ctx context.Context, topic string, partition int32) (project.Fence, error) {
+	return f.rel.AcquireFence(ctx, topic, partition, f.writer)
 }

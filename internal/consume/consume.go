@@ -41,13 +41,21 @@ import (
 )
 
 // Handler handles consecutive records of one partition of the topic whose
-// id is topicID (zero when the broker does not send it). It returns nil only
-// when every record is done and may be committed. A *project.HaltError
-// halts the partition; any other error abandons the batch uncommitted.
-// Handle is called concurrently for batches of different partitions, and
-// for batches of one partition that share no record key.
+// id is topicID (zero when the broker does not send it), written under
+// fence, the member's claim on the partition. It returns nil only when
+// every record is done and may be committed. A *project.HaltError halts
+// the partition; any other error abandons the batch uncommitted. Handle is
+// called concurrently for batches of different partitions, and for
+// batches of one partition that share no record key.
 type Handler interface {
-	Handle(ctx context.Context, topicID project.TopicID, recs []*kgo.Record) error
+	Handle(ctx context.Context, fence project.Fence, topicID project.TopicID, recs []*kgo.Record) error
+}
+
+// Fences gives a member its claim on a partition when the partition is
+// assigned to it: a token newer than every earlier owner's, which the
+// stores check on every write (project.Fence).
+type Fences interface {
+	AcquireFence(ctx context.Context, topic string, partition int32) (project.Fence, error)
 }
 
 // Config is the consumer's configuration.
@@ -108,8 +116,10 @@ type Consumer struct {
 	log     *zap.Logger
 	health  *health.Status
 	handler Handler
-	m       *metrics
-	cl      *kgo.Client
+	// fences is nil when the stores check no fence (unit tests).
+	fences Fences
+	m      *metrics
+	cl     *kgo.Client
 
 	// workCtx is the context of every Handle and commit. It outlives the
 	// Run context by ShutdownTimeout so in-flight batches can finish.
@@ -288,8 +298,9 @@ type partitionKey struct {
 
 // New creates the consumer and its Kafka client from base, the connection
 // options (brokers, TLS, SASL, logger, metrics hooks); the consumer adds
-// the group settings.
-func New(cfg Config, log *zap.Logger, reg prometheus.Registerer, h *health.Status, handler Handler, base ...kgo.Opt) (*Consumer, error) {
+// the group settings. Each partition's worker takes its fence from fences
+// before its first batch; with nil fences it writes unfenced.
+func New(cfg Config, log *zap.Logger, reg prometheus.Registerer, h *health.Status, handler Handler, fences Fences, base ...kgo.Opt) (*Consumer, error) {
 	if cfg.MaxPollRecords <= 0 {
 		cfg.MaxPollRecords = 2000
 	}
@@ -324,7 +335,7 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer, h *health.Statu
 		return nil, fmt.Errorf("revoke timeout %s must be below the rebalance timeout %s", cfg.RevokeTimeout, cfg.RebalanceTimeout)
 	}
 	c := &Consumer{
-		cfg: cfg, log: log, health: h, handler: handler,
+		cfg: cfg, log: log, health: h, handler: handler, fences: fences,
 		workers: map[partitionKey]*worker{},
 		resumes: make(chan resumeRequest, 16),
 	}

@@ -104,6 +104,12 @@ func (c *cluster) start(group string, h Handler) *member {
 // startWith is start with the configuration changed by tweak.
 func (c *cluster) startWith(group string, h Handler, tweak func(*Config)) *member {
 	c.t.Helper()
+	return c.startFenced(group, h, nil, tweak)
+}
+
+// startFenced is startWith with the members' fences taken from fences.
+func (c *cluster) startFenced(group string, h Handler, fences Fences, tweak func(*Config)) *member {
+	c.t.Helper()
 	status := health.New()
 	cfg := Config{
 		Topic: testTopic, Group: group, BatchRecords: 100,
@@ -111,7 +117,7 @@ func (c *cluster) startWith(group string, h Handler, tweak func(*Config)) *membe
 		SessionTimeout: 6 * time.Second, LagInterval: time.Hour,
 	}
 	tweak(&cfg)
-	cons, err := New(cfg, zap.NewNop(), prometheus.NewRegistry(), status, h, kgo.SeedBrokers(c.addrs...))
+	cons, err := New(cfg, zap.NewNop(), prometheus.NewRegistry(), status, h, fences, kgo.SeedBrokers(c.addrs...))
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -135,7 +141,7 @@ func (c *cluster) startWith(group string, h Handler, tweak func(*Config)) *membe
 // handlerFunc adapts a function to Handler.
 type handlerFunc func(ctx context.Context, recs []*kgo.Record) error
 
-func (f handlerFunc) Handle(ctx context.Context, _ project.TopicID, recs []*kgo.Record) error {
+func (f handlerFunc) Handle(ctx context.Context, _ project.Fence, _ project.TopicID, recs []*kgo.Record) error {
 	return f(ctx, recs)
 }
 
@@ -286,7 +292,7 @@ func TestStalledPollLoop(t *testing.T) {
 	cons, err := New(Config{
 		Topic: testTopic, Group: "stall", BatchRecords: 100, RebalanceTimeout: 10 * time.Second,
 		SessionTimeout: 6 * time.Second, LagInterval: 50 * time.Millisecond, StallTimeout: time.Second,
-	}, zap.NewNop(), prometheus.NewRegistry(), health.New(), h, kgo.SeedBrokers(kc.ListenAddrs()...), kgo.FetchMaxWait(100*time.Millisecond))
+	}, zap.NewNop(), prometheus.NewRegistry(), health.New(), h, nil, kgo.SeedBrokers(kc.ListenAddrs()...), kgo.FetchMaxWait(100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -425,4 +431,80 @@ func TestThrottledPartitionIsNotStalled(t *testing.T) {
 	if err := m.c.Stalled(); err != nil {
 		t.Errorf("Stalled = %v while a slow store holds the partition back, want nil", err)
 	}
+}
+
+// memFences hands out a token per partition that grows with every
+// acquisition, as the relational store does; failures fail the next
+// acquisitions.
+type memFences struct {
+	mu       sync.Mutex
+	tokens   map[int32]int64
+	failures int
+}
+
+func (f *memFences) AcquireFence(_ context.Context, topic string, partition int32) (project.Fence, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.failures > 0 {
+		f.failures--
+		return project.Fence{}, errors.New("relational store down")
+	}
+	if f.tokens == nil {
+		f.tokens = map[int32]int64{}
+	}
+	f.tokens[partition]++
+	return project.Fence{Topic: topic, Partition: partition, Token: f.tokens[partition]}, nil
+}
+
+// fencedHandler records the fence of every batch by partition.
+type fencedHandler struct {
+	mu   sync.Mutex
+	seen map[int32][]int64
+}
+
+func (h *fencedHandler) Handle(_ context.Context, fence project.Fence, _ project.TopicID, recs []*kgo.Record) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if fence.Partition != recs[0].Partition || fence.Topic != recs[0].Topic {
+		return fmt.Errorf("fence of %s/%d for a batch of %s/%d", fence.Topic, fence.Partition, recs[0].Topic, recs[0].Partition)
+	}
+	if h.seen == nil {
+		h.seen = map[int32][]int64{}
+	}
+	h.seen[fence.Partition] = append(h.seen[fence.Partition], fence.Token)
+	return nil
+}
+
+func (h *fencedHandler) tokens(p int32) []int64 {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.seen[p])
+}
+
+// TestWorkersWriteUnderTheirFence: a worker takes its partition's fence
+// before its first batch, retrying while the token's store fails, and
+// every batch is handled under it; when the partition moves to another
+// member, that member takes a newer token.
+func TestWorkersWriteUnderTheirFence(t *testing.T) {
+	c := newCluster(t, 2, 3)
+	fences := &memFences{failures: 2}
+	h := &fencedHandler{}
+	first := c.startFenced("fenced", h, fences, func(cfg *Config) { cfg.BatchRecords = 1 })
+	waitFor(t, "both partitions handled", func() bool { return len(h.tokens(0)) == 3 && len(h.tokens(1)) == 3 })
+	for _, p := range []int32{0, 1} {
+		if got := h.tokens(p); !slices.Equal(got, []int64{1, 1, 1}) {
+			t.Errorf("partition %d handled under tokens %v, want [1 1 1]: the one taken at assignment", p, got)
+		}
+	}
+	if p := first.health.Problems(); len(p) != 0 {
+		t.Errorf("problems once the tokens were taken = %v, want none", p)
+	}
+	second := c.startFenced("fenced", &fencedHandler{}, fences, func(*Config) {})
+	waitFor(t, "a partition moved to the second member under a newer token", func() bool {
+		fences.mu.Lock()
+		defer fences.mu.Unlock()
+		return fences.tokens[0] == 2 || fences.tokens[1] == 2
+	})
+	second.stop()
+	first.stop()
 }

@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/projector/projector/internal/project"
+	"github.com/projector/projector/internal/retry"
 )
 
 // commitTimeout bounds one offset commit; a commit that times out is
@@ -185,6 +186,10 @@ type flight struct {
 func (w *worker) run(ctx context.Context) {
 	defer close(w.done)
 	defer w.cancel()
+	fence, ok := w.acquireFence(ctx)
+	if !ok {
+		return
+	}
 	var (
 		backlog  []batch
 		inflight []*flight
@@ -192,7 +197,7 @@ func (w *worker) run(ctx context.Context) {
 	quit := w.quit
 	for {
 		for quit != nil && len(backlog) > 0 && len(inflight) < w.c.cfg.BatchesInFlight && disjoint(backlog[0].recs, inflight) {
-			inflight = append(inflight, w.start(ctx, backlog[0]))
+			inflight = append(inflight, w.start(ctx, fence, backlog[0]))
 			backlog = backlog[1:]
 		}
 		if quit == nil && len(inflight) == 0 {
@@ -258,9 +263,42 @@ func (w *worker) split(p polled) []batch {
 	return out
 }
 
+// acquireFence takes the member's claim on the partition before its first
+// batch, retrying while the store that keeps the tokens fails. It reports
+// false when the partition was revoked or the service stops first.
+func (w *worker) acquireFence(ctx context.Context) (project.Fence, bool) {
+	if w.c.fences == nil {
+		return project.Fence{}, true
+	}
+	component := "partition " + w.topic + "/" + strconv.Itoa(int(w.partition))
+	policy := retry.Policy{Min: 100 * time.Millisecond, Max: 10 * time.Second}
+	for attempt := 0; ; attempt++ {
+		fence, err := w.c.fences.AcquireFence(ctx, w.topic, w.partition)
+		if err == nil {
+			if attempt > 0 {
+				w.c.health.Recover(component)
+			}
+			w.log.Info("partition fenced for this member", zap.Int64("token", fence.Token))
+			return fence, true
+		}
+		if w.c.health.Fail(component, "cannot take the fencing token: "+err.Error()) {
+			w.log.Warn("cannot take the partition's fencing token; retrying", zap.Error(err))
+		}
+		select {
+		case <-w.quit:
+			w.c.health.Recover(component)
+			return project.Fence{}, false
+		case <-ctx.Done():
+			w.c.health.Recover(component)
+			return project.Fence{}, false
+		case <-time.After(policy.Delay(attempt)):
+		}
+	}
+}
+
 // start runs b's Handle call in a goroutine, under a context of its own so
 // that it can be cancelled alone when an earlier batch fails.
-func (w *worker) start(ctx context.Context, b batch) *flight {
+func (w *worker) start(ctx context.Context, fence project.Fence, b batch) *flight {
 	ctx, cancel := context.WithCancel(ctx)
 	f := &flight{batch: b, keys: make(map[string]struct{}, len(b.recs)), cancel: cancel, done: make(chan struct{})}
 	for _, r := range b.recs {
@@ -269,7 +307,7 @@ func (w *worker) start(ctx context.Context, b batch) *flight {
 	go func() {
 		defer close(f.done)
 		defer cancel()
-		f.err = w.c.handler.Handle(ctx, b.topicID, b.recs)
+		f.err = w.c.handler.Handle(ctx, fence, b.topicID, b.recs)
 	}()
 	return f
 }

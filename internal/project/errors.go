@@ -3,6 +3,7 @@ package project
 import (
 	"context"
 	"errors"
+	"fmt"
 )
 
 // ErrorKind says what a store failure means for the batch, so the projector
@@ -119,3 +120,18 @@ func (e *PermanentError) Error() string { return e.Err.Error() }
 
 // Unwrap returns the failure.
 func (e *PermanentError) Unwrap() error { return e.Err }
+
+// FencedError is a write a store refused because the partition has since
+// been given to another writer: the store has seen a newer token than the
+// write's. No retry can help, and the batch must not be committed.
+type FencedError struct {
+	Store string
+	Fence Fence
+	// Newest is the newest token the store has seen for the partition.
+	Newest int64
+}
+
+func (e *FencedError) Error() string {
+	return fmt.Sprintf("%s: partition %s/%d has a newer writer (token %d) than this member (token %d): it was assigned to another member",
+		e.Store, e.Fence.Topic, e.Fence.Partition, e.Newest, e.Fence.Token)
+}

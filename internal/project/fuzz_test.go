@@ -34,7 +34,7 @@ func FuzzHandle(f *testing.F) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		if err := fx.p.Handle(ctx, TopicID{}, recs); err != nil {
+		if err := fx.p.Handle(ctx, Fence{}, TopicID{}, recs); err != nil {
 			t.Fatalf("Handle: %v", err)
 		}
 		if problems := fx.health.Problems(); len(problems) > 0 {

@@ -14,6 +14,7 @@ type metrics struct {
 	storeWrite   *prometheus.HistogramVec
 	storeErrors  *prometheus.CounterVec
 	limitErrors  *prometheus.CounterVec
+	fenced       *prometheus.CounterVec
 	batchRecords prometheus.Histogram
 	batchSeconds prometheus.Histogram
 	fenceSeconds prometheus.Histogram
@@ -45,6 +46,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "projector_store_limit_errors_total",
 			Help: "Store calls refused for a limit of the store, not of a record (kind limit), by store and the limit's name; each retry counts.",
 		}, []string{"store", "limit"}),
+		fenced: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "projector_fenced_writes_total",
+			Help: "Batches a store refused because their partition has a newer writer (another member was assigned it), by the store that refused.",
+		}, []string{"store"}),
 		batchRecords: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "projector_batch_records",
 			Help:    "Records per handled batch.",
@@ -73,6 +78,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	// each kind shows in increase() and rate().
 	for _, s := range []string{StoreIndex, StoreGraph, StoreRelational} {
 		m.storeWrite.WithLabelValues(s)
+		m.fenced.WithLabelValues(s)
 		for _, k := range []ErrorKind{Transient, Rejected, Fatal, Limit} {
 			m.storeErrors.WithLabelValues(s, k.String())
 		}
@@ -80,6 +86,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, r := range append(event.Reasons(), ReasonVersionConflict, ReasonFenceMismatch, ReasonStoreRejected) {
 		m.deadLetters.WithLabelValues(string(r))
 	}
-	reg.MustRegister(m.records, m.deadLetters, m.storeWrite, m.storeErrors, m.limitErrors, m.batchRecords, m.batchSeconds, m.fenceSeconds, m.embedSeconds)
+	reg.MustRegister(m.records, m.deadLetters, m.storeWrite, m.storeErrors, m.limitErrors, m.fenced, m.batchRecords, m.batchSeconds, m.fenceSeconds, m.embedSeconds)
 	return m
 }

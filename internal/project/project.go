@@ -75,11 +75,15 @@ const (
 	// HaltHandleError: Handle failed in a way its own retries could not get
 	// past (a store rejected a read of the states, say).
 	HaltHandleError HaltReason = "handle_error"
+	// HaltFenced: a store refused the batch because the partition has a
+	// newer writer (a *FencedError): this member lost the partition, or
+	// another deployment writes it too.
+	HaltFenced HaltReason = "fenced"
 )
 
 // HaltReasons lists every halt reason, so metrics can show each at zero.
 func HaltReasons() []HaltReason {
-	return []HaltReason{HaltFenceMismatch, HaltDeadLetterRefused, HaltHandleError}
+	return []HaltReason{HaltFenceMismatch, HaltDeadLetterRefused, HaltHandleError, HaltFenced}
 }
 
 // ReasonOf is the reason err halts a partition: a HaltError's own, else
@@ -216,12 +220,14 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer, d Deps) *Projec
 
 // Handle projects records, which are consecutive records of one partition
 // in offset order, of the topic whose id is topicID (zero when the broker
-// does not say). It returns nil when every record is done: written to all
-// three stores and fenced, found stale, or acknowledged by the dead-letter
-// topic; only then may the caller commit past them. Store failures are
-// retried until they pass or ctx ends, so an error means the batch was
-// abandoned (ctx ended) or the partition must halt (*HaltError).
-func (p *Projector) Handle(ctx context.Context, topicID TopicID, recs []*kgo.Record) error {
+// does not say), written under fence, the caller's claim on the partition.
+// It returns nil when every record is done: written to all three stores and
+// fenced, found stale, or acknowledged by the dead-letter topic; only then
+// may the caller commit past them. Store failures are retried until they
+// pass or ctx ends, so an error means the batch was abandoned (ctx ended)
+// or the partition must halt (*HaltError; HaltFenced when a store refused
+// the fence).
+func (p *Projector) Handle(ctx context.Context, fence Fence, topicID TopicID, recs []*kgo.Record) error {
 	start := time.Now()
 	items := make([]item, len(recs))
 	for i, r := range recs {
@@ -241,7 +247,12 @@ func (p *Projector) Handle(ctx context.Context, topicID TopicID, recs []*kgo.Rec
 		vectorBytes = 4 * p.d.Embedder.Dim()
 	}
 	for _, part := range split(items, p.cfg.MaxBatchChunks, p.cfg.MaxBatchBytes, vectorBytes) {
-		if err := p.handle(ctx, part); err != nil {
+		err := p.handle(ctx, fence, part)
+		if fenced, ok := errors.AsType[*FencedError](err); ok {
+			p.m.fenced.WithLabelValues(fenced.Store).Inc()
+			return &HaltError{Reason: HaltFenced, Err: err}
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -277,7 +288,7 @@ func split(items []item, maxChunks, maxBytes, vectorBytes int) [][]item {
 	return parts
 }
 
-func (p *Projector) handle(ctx context.Context, items []item) error {
+func (p *Projector) handle(ctx context.Context, fence Fence, items []item) error {
 	var docKeys []string
 	seen := map[string]bool{}
 	for _, it := range items {
@@ -290,7 +301,7 @@ func (p *Projector) handle(ctx context.Context, items []item) error {
 	if len(docKeys) > 0 {
 		err := p.retry(ctx, StoreRelational, func(ctx context.Context) error {
 			var err error
-			states, err = p.d.Relational.States(ctx, docKeys)
+			states, err = p.d.Relational.States(ctx, fence, docKeys)
 			return err
 		})
 		if err != nil {
@@ -308,22 +319,23 @@ func (p *Projector) handle(ctx context.Context, items []item) error {
 	w, err := p.buildWrite(ctx, pl)
 	if KindOf(err) == Rejected && ctx.Err() == nil {
 		// The embedder refused a text: only its record is dead-lettered.
-		return p.isolate(ctx, items, err)
+		return p.isolate(ctx, fence, items, err)
 	}
 	if err != nil {
 		return err
 	}
+	w.Fence = fence
 	if !w.Empty() {
 		err := p.apply(ctx, w, pl.ledger)
 		if KindOf(err) == Rejected && ctx.Err() == nil {
-			return p.isolate(ctx, items, err)
+			return p.isolate(ctx, fence, items, err)
 		}
 		if err != nil {
-			return err
+			return p.undoFenced(ctx, w, err)
 		}
 		letters, err := p.fence(ctx, w, items)
 		if err != nil {
-			return err
+			return p.undoFenced(ctx, w, err)
 		}
 		if err := p.sendLetters(ctx, letters); err != nil {
 			return err
@@ -335,7 +347,7 @@ func (p *Projector) handle(ctx context.Context, items []item) error {
 
 // isolate handles the records of a batch a store rejected one at a time, so
 // that only the record the store refuses goes to the dead-letter topic.
-func (p *Projector) isolate(ctx context.Context, items []item, cause error) error {
+func (p *Projector) isolate(ctx context.Context, fence Fence, items []item, cause error) error {
 	if len(items) > 1 {
 		p.log.Warn("a store rejected a batch; retrying its records one by one", zap.Int("records", len(items)), zap.Error(cause))
 		for i := range items {
@@ -344,7 +356,7 @@ func (p *Projector) isolate(ctx context.Context, items []item, cause error) erro
 				p.record(ctx, items[i:i+1])
 				continue
 			}
-			if err := p.handle(ctx, items[i:i+1]); err != nil {
+			if err := p.handle(ctx, fence, items[i:i+1]); err != nil {
 				return err
 			}
 		}
@@ -423,6 +435,52 @@ func (p *Projector) fault(ctx context.Context, point string) {
 	}
 }
 
+// undoFenced returns err; when err is a *FencedError it first removes from
+// the index the chunks w wrote there that the current state does not hold.
+// The index took w before the graph or the relational store refused it,
+// and has no transaction to refuse it in. A chunk the current state holds
+// stays: a write of the same version shares its ids. What this does not
+// get to remove (the process dies first, or ctx ends), reconcile finds in
+// the index as chunks of no live version, and --repair removes
+// (docs/write-order.md, "A writer that lost its partition").
+func (p *Projector) undoFenced(ctx context.Context, w *Write, err error) error {
+	fenced, ok := errors.AsType[*FencedError](err)
+	if !ok || len(w.Live) == 0 {
+		return err
+	}
+	keys := make([]string, len(w.Live))
+	for i, d := range w.Live {
+		keys[i] = d.Key
+	}
+	var states map[string]State
+	if rerr := p.retry(ctx, StoreRelational, func(ctx context.Context) error {
+		var err error
+		states, err = p.d.Relational.States(ctx, Fence{}, keys)
+		return err
+	}); rerr != nil {
+		return err
+	}
+	var ids []uuid.UUID
+	for _, d := range w.Live {
+		if st, ok := states[d.Key]; ok && !st.Withdrawn && st.Version == d.Version {
+			continue
+		}
+		for _, c := range d.Chunks {
+			ids = append(ids, c.ID)
+		}
+	}
+	if len(ids) == 0 {
+		return err
+	}
+	if rerr := p.retry(ctx, StoreIndex, func(ctx context.Context) error { return p.d.Index.Remove(ctx, ids) }); rerr != nil {
+		return err
+	}
+	p.log.Warn("a store refused this member's write of a partition another member now holds; removed from the index the chunks it had written there",
+		zap.String("refused_by", fenced.Store), zap.String("topic", w.Fence.Topic), zap.Int32("partition", w.Fence.Partition),
+		zap.Int64("token", w.Fence.Token), zap.Int64("newest_token", fenced.Newest), zap.Int("chunks", len(ids)))
+	return err
+}
+
 // fence checks w against the stores, re-projects the documents that do not
 // match, and applies the mismatch policy to those that still do not. It
 // returns the dead letters the policy adds.
@@ -494,14 +552,14 @@ func (p *Projector) settleSuperseded(ctx context.Context, w *Write, mismatches [
 	var states map[string]State
 	err := p.retry(ctx, StoreRelational, func(ctx context.Context) error {
 		var err error
-		states, err = p.d.Relational.States(ctx, keys)
+		states, err = p.d.Relational.States(ctx, w.Fence, keys)
 		return err
 	})
 	if err != nil {
 		return nil, err
 	}
 	superseded := map[string]bool{}
-	undo := &Write{}
+	undo := &Write{Fence: w.Fence}
 	for _, d := range w.Live {
 		st, ok := states[d.Key]
 		switch {
@@ -560,7 +618,7 @@ func mismatchesOf(ms []fence.Mismatch, key string) string {
 
 // restrict returns the part of w that concerns the given documents.
 func (w *Write) restrict(keep map[string]bool) *Write {
-	out := &Write{}
+	out := &Write{Fence: w.Fence}
 	for _, d := range w.Live {
 		if keep[d.Key] {
 			out.Live = append(out.Live, d)
@@ -678,6 +736,10 @@ func (p *Projector) retry(ctx context.Context, component string, op func(context
 			return nil
 		}
 		if ctx.Err() != nil {
+			return err
+		}
+		if _, ok := errors.AsType[*FencedError](err); ok {
+			// Another writer holds the partition: no retry can help.
 			return err
 		}
 		kind := KindOf(err)

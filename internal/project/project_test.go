@@ -36,6 +36,10 @@ type memStore struct {
 	// drop makes Apply silently skip documents whose key contains it.
 	drop   string
 	writes int
+	// fenced makes the store check writers' fences as the graph and the
+	// relational store do; newest is the newest token it has seen.
+	fenced bool
+	newest int64
 }
 
 func newMemStore(name string) *memStore {
@@ -52,9 +56,16 @@ func (m *memStore) apply(w *Write, ledger []LedgerEntry) error {
 			return err
 		}
 	}
+	if err := m.checkFence(w.Fence); err != nil {
+		return err
+	}
 	m.writes++
 	for _, d := range w.Live {
 		if m.drop != "" && strings.Contains(d.Key, m.drop) {
+			continue
+		}
+		if st, ok := m.states[d.Key]; ok && st.Version > d.Version {
+			// Writes only move a document forward, as in every store.
 			continue
 		}
 		var ids []uuid.UUID
@@ -74,9 +85,24 @@ func (m *memStore) apply(w *Write, ledger []LedgerEntry) error {
 	return nil
 }
 
-func (m *memStore) States(_ context.Context, keys []string) (map[string]State, error) {
+// checkFence refuses a fence older than the newest seen, and records it.
+func (m *memStore) checkFence(f Fence) error {
+	if !m.fenced || f.Token == 0 {
+		return nil
+	}
+	if m.newest > f.Token {
+		return &FencedError{Store: m.name, Fence: f, Newest: m.newest}
+	}
+	m.newest = f.Token
+	return nil
+}
+
+func (m *memStore) States(_ context.Context, f Fence, keys []string) (map[string]State, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if m.fenced && f.Token > 0 && m.newest > f.Token {
+		return nil, &FencedError{Store: m.name, Fence: f, Newest: m.newest}
+	}
 	out := map[string]State{}
 	for _, k := range keys {
 		if s, ok := m.states[k]; ok {
@@ -109,6 +135,15 @@ func (m *memStore) ChunkIDs(_ context.Context, keys []string) (map[string][]uuid
 type memIndex struct{ *memStore }
 
 func (m memIndex) Apply(_ context.Context, w *Write) error { return m.apply(w, nil) }
+
+func (m memIndex) Remove(_ context.Context, ids []uuid.UUID) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for key, held := range m.chunks {
+		m.chunks[key] = slices.DeleteFunc(held, func(id uuid.UUID) bool { return slices.Contains(ids, id) })
+	}
+	return nil
+}
 
 type memRelational struct{ *memStore }
 
@@ -218,7 +253,7 @@ func TestTransientFailureIsRetried(t *testing.T) {
 		}
 		return nil
 	}
-	if err := f.p.Handle(context.Background(), TopicID{}, []*kgo.Record{rec(0, "a", upsert("a", 1))}); err != nil {
+	if err := f.p.Handle(context.Background(), Fence{}, TopicID{}, []*kgo.Record{rec(0, "a", upsert("a", 1))}); err != nil {
 		t.Fatalf("Handle: %v", err)
 	}
 	if len(f.rel.chunks["a"]) != 2 || len(f.graph.chunks["a"]) != 2 {
@@ -246,7 +281,7 @@ func TestRejectedRecordIsIsolated(t *testing.T) {
 		return nil
 	}
 	recs := []*kgo.Record{rec(0, "a", upsert("a", 1)), rec(1, "poison", upsert("poison", 1)), rec(2, "b", upsert("b", 1))}
-	if err := f.p.Handle(context.Background(), TopicID{}, recs); err != nil {
+	if err := f.p.Handle(context.Background(), Fence{}, TopicID{}, recs); err != nil {
 		t.Fatalf("Handle: %v", err)
 	}
 	if got, want := f.letters.reasons(), []string{"store_rejected:poison"}; !slices.Equal(got, want) {
@@ -265,7 +300,7 @@ func TestRejectedRecordIsIsolated(t *testing.T) {
 // not sent again.
 func TestRejectedBatchSendsEachLetterOnce(t *testing.T) {
 	f := newFixture(t, Config{})
-	if err := f.p.Handle(context.Background(), TopicID{}, []*kgo.Record{rec(0, "a", upsert("a", 1))}); err != nil {
+	if err := f.p.Handle(context.Background(), Fence{}, TopicID{}, []*kgo.Record{rec(0, "a", upsert("a", 1))}); err != nil {
 		t.Fatalf("Handle: %v", err)
 	}
 	f.rel.fail = func(w *Write) error {
@@ -278,7 +313,7 @@ func TestRejectedBatchSendsEachLetterOnce(t *testing.T) {
 	}
 	other := `{"document_key":"a","version":1,"chunks":[{"text":"other"}]}`
 	recs := []*kgo.Record{rec(1, "a", other), rec(2, "poison", upsert("poison", 1)), rec(3, "bad", "{")}
-	if err := f.p.Handle(context.Background(), TopicID{}, recs); err != nil {
+	if err := f.p.Handle(context.Background(), Fence{}, TopicID{}, recs); err != nil {
 		t.Fatalf("Handle: %v", err)
 	}
 	if got, want := f.letters.reasons(), []string{"not_json:bad", "store_rejected:poison", "version_conflict:a"}; !slices.Equal(got, want) {
@@ -293,7 +328,7 @@ func TestFatalFailureRetriesUntilStopped(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	err := f.p.Handle(ctx, TopicID{}, []*kgo.Record{rec(0, "a", upsert("a", 1))})
+	err := f.p.Handle(ctx, Fence{}, TopicID{}, []*kgo.Record{rec(0, "a", upsert("a", 1))})
 	if err == nil {
 		t.Fatal("Handle succeeded against a store that always fails, want an error")
 	}
@@ -311,7 +346,7 @@ func TestFenceMismatchPolicies(t *testing.T) {
 			f := newFixture(t, Config{OnFenceMismatch: policy, FenceRetries: 2})
 			f.index.drop = "lost"
 			recs := []*kgo.Record{rec(0, "fine", upsert("fine", 1)), rec(1, "lost", upsert("lost", 1))}
-			err := f.p.Handle(context.Background(), TopicID{}, recs)
+			err := f.p.Handle(context.Background(), Fence{}, TopicID{}, recs)
 			writes := f.index.writes
 			if writes != 3 {
 				t.Errorf("index writes = %d, want 3 (the batch, then 2 re-projections)", writes)
@@ -342,7 +377,7 @@ func TestRefusedDeadLetterHaltsThePartition(t *testing.T) {
 	f.letters.err = &PermanentError{Err: errors.New("MESSAGE_TOO_LARGE: The request included a message larger than the max message size the server will accept")}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	err := f.p.Handle(ctx, TopicID{}, []*kgo.Record{rec(0, "a", upsert("a", 1)), rec(1, "bad", "not json")})
+	err := f.p.Handle(ctx, Fence{}, TopicID{}, []*kgo.Record{rec(0, "a", upsert("a", 1)), rec(1, "bad", "not json")})
 	halt, ok := errors.AsType[*HaltError](err)
 	if !ok || halt.Reason != HaltDeadLetterRefused {
 		t.Fatalf("Handle = %v, want a HaltError with reason %s", err, HaltDeadLetterRefused)
@@ -364,7 +399,7 @@ func TestLimitIsNotBlamedOnRecords(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
 	recs := []*kgo.Record{rec(0, "a", upsert("a", 1)), rec(1, "b", upsert("b", 1))}
-	if err := f.p.Handle(ctx, TopicID{}, recs); err == nil {
+	if err := f.p.Handle(ctx, Fence{}, TopicID{}, recs); err == nil {
 		t.Fatal("Handle succeeded against an index over its limit, want an error")
 	}
 	if got := f.letters.reasons(); len(got) != 0 {
@@ -377,7 +412,7 @@ func TestLimitIsNotBlamedOnRecords(t *testing.T) {
 		t.Errorf("problems = %v, want the index's limit by name", p)
 	}
 	limited = false
-	if err := f.p.Handle(context.Background(), TopicID{}, recs); err != nil {
+	if err := f.p.Handle(context.Background(), Fence{}, TopicID{}, recs); err != nil {
 		t.Fatalf("Handle after the limit was lifted: %v", err)
 	}
 	if len(f.rel.ledger) != 2 || len(f.letters.reasons()) != 0 {
@@ -410,7 +445,7 @@ func TestBatchSplitByBytes(t *testing.T) {
 			for i, k := range tt.keys {
 				recs = append(recs, rec(int64(i), k, bigDoc(k)))
 			}
-			if err := f.p.Handle(context.Background(), TopicID{}, recs); err != nil {
+			if err := f.p.Handle(context.Background(), Fence{}, TopicID{}, recs); err != nil {
 				t.Fatal(err)
 			}
 			if f.index.writes != tt.wantWrites {
@@ -447,7 +482,7 @@ func (m withdrawnMeanwhile) Apply(_ context.Context, w *Write, _ []LedgerEntry) 
 // them and dead-letter the record.
 func TestLateWriteAfterWithdrawal(t *testing.T) {
 	f := newFixtureWith(t, Config{FenceRetries: 2}, func(m *memStore) Relational { return withdrawnMeanwhile{m} })
-	if err := f.p.Handle(context.Background(), TopicID{}, []*kgo.Record{rec(0, "a", upsert("a", 1))}); err != nil {
+	if err := f.p.Handle(context.Background(), Fence{}, TopicID{}, []*kgo.Record{rec(0, "a", upsert("a", 1))}); err != nil {
 		t.Fatalf("Handle: %v", err)
 	}
 	for _, s := range []*memStore{f.index, f.graph} {
@@ -483,7 +518,7 @@ func TestConflictDeadLetteredWhateverTheCrash(t *testing.T) {
 	for _, point := range []string{"before-index", "after-index", "after-graph", "after-relational"} {
 		t.Run(point, func(t *testing.T) {
 			f := newFixture(t, Config{})
-			if err := f.p.Handle(context.Background(), TopicID{}, []*kgo.Record{rec(0, "a", upsert("a", 1))}); err != nil {
+			if err := f.p.Handle(context.Background(), Fence{}, TopicID{}, []*kgo.Record{rec(0, "a", upsert("a", 1))}); err != nil {
 				t.Fatalf("Handle: %v", err)
 			}
 			other := `{"document_key":"a","version":1,"chunks":[{"text":"other"}]}`
@@ -495,10 +530,10 @@ func TestConflictDeadLetteredWhateverTheCrash(t *testing.T) {
 					}
 				}()
 				f.p.d.Faults = crashAt(point)
-				_ = f.p.Handle(context.Background(), TopicID{}, batch)
+				_ = f.p.Handle(context.Background(), Fence{}, TopicID{}, batch)
 			}()
 			f.p.d.Faults = nil
-			if err := f.p.Handle(context.Background(), TopicID{}, batch); err != nil {
+			if err := f.p.Handle(context.Background(), Fence{}, TopicID{}, batch); err != nil {
 				t.Fatalf("Handle of the batch delivered again: %v", err)
 			}
 			if got := f.letters.reasons(); !slices.Contains(got, "version_conflict:a") {
@@ -508,5 +543,82 @@ func TestConflictDeadLetteredWhateverTheCrash(t *testing.T) {
 				t.Errorf("relational version = %d, want 2", st.Version)
 			}
 		})
+	}
+}
+
+// runAt runs fn once when the projection passes point: it forces another
+// writer's whole batch in between two steps of this one.
+type runAt struct {
+	point string
+	fn    func()
+	once  *sync.Once
+}
+
+func (r runAt) At(_ context.Context, point string) {
+	if point == r.point {
+		r.once.Do(r.fn)
+	}
+}
+
+// TestFencedWriteHaltsAndUndoesTheIndex: a member that lost its partition
+// passes the check of its token before the new owner's first write, then
+// writes the index; the graph, which has seen the new owner's newer token
+// since, refuses the write in its transaction. The late member halts the
+// partition (reason fenced), never reaches the relational store, and
+// removes from the index the chunks it wrote there, so every store ends as
+// the new owner left it.
+func TestFencedWriteHaltsAndUndoesTheIndex(t *testing.T) {
+	for _, tt := range []struct {
+		name  string
+		newer string
+		want  int // chunks of "a" every store ends with
+	}{
+		{"new version", upsert("a", 2), 2},
+		{"withdrawal", `{"document_key":"a","version":1,"op":"withdraw"}`, 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t, Config{})
+			f.graph.fenced, f.rel.fenced = true, true
+			late, owner := Fence{Topic: "documents", Token: 1}, Fence{Topic: "documents", Token: 2}
+			f.p.d.Faults = runAt{point: "before-index", once: &sync.Once{}, fn: func() {
+				f.p.d.Faults = nil
+				if err := f.p.Handle(context.Background(), owner, TopicID{}, []*kgo.Record{rec(1, "a", tt.newer)}); err != nil {
+					t.Errorf("the new owner's Handle: %v", err)
+				}
+			}}
+			err := f.p.Handle(context.Background(), late, TopicID{}, []*kgo.Record{rec(0, "a", upsert("a", 1))})
+			var halt *HaltError
+			if !errors.As(err, &halt) || halt.Reason != HaltFenced {
+				t.Fatalf("the late member's Handle = %v, want a halt for reason fenced", err)
+			}
+			for _, s := range []*memStore{f.index, f.graph, f.rel} {
+				if got := len(s.chunks["a"]); got != tt.want {
+					t.Errorf("%s holds %d chunks of a, want the new owner's %d", s.name, got, tt.want)
+				}
+			}
+			if got := testutil.ToFloat64(f.p.m.fenced.WithLabelValues(StoreGraph)); got != 1 {
+				t.Errorf("projector_fenced_writes_total{store=graph} = %v, want 1", got)
+			}
+			if _, ok := f.rel.ledger["document:a:v1:upsert"]; ok {
+				t.Error("the ledger holds the late member's v1, want it refused")
+			}
+		})
+	}
+}
+
+// TestStaleTokenStopsBeforeTheIndex: a member whose token is already
+// older than the relational store's stops at the read of the states, and
+// writes nothing anywhere.
+func TestStaleTokenStopsBeforeTheIndex(t *testing.T) {
+	f := newFixture(t, Config{})
+	f.graph.fenced, f.rel.fenced = true, true
+	f.rel.newest = 5
+	err := f.p.Handle(context.Background(), Fence{Topic: "documents", Token: 4}, TopicID{}, []*kgo.Record{rec(0, "a", upsert("a", 1))})
+	var halt *HaltError
+	if !errors.As(err, &halt) || halt.Reason != HaltFenced {
+		t.Fatalf("Handle = %v, want a halt for reason fenced", err)
+	}
+	if f.index.writes+f.graph.writes+f.rel.writes != 0 {
+		t.Errorf("writes: index %d, graph %d, relational %d; want none", f.index.writes, f.graph.writes, f.rel.writes)
 	}
 }

@@ -98,12 +98,29 @@ func (p Position) advance(q Position) Position {
 	return q
 }
 
+// Fence is a writer's claim on a partition: the token the relational
+// store gave it when the partition was assigned to it
+// (postgres.Store.AcquireFence), which grows with every assignment. The
+// relational store and the graph refuse, in the write's own transaction, a
+// write whose token is older than the newest they have seen for the
+// partition, so a member that lost its partition and writes on cannot
+// move either back. The zero Fence (Token 0) claims nothing and is not
+// checked: reconcile's repairs, which hold the repair lease instead, and
+// unit tests.
+type Fence struct {
+	Topic     string
+	Partition int32
+	Token     int64
+}
+
 // Write is the net effect of a batch: after it, every store holds exactly
 // the chunks of Live and nothing of Withdrawn. Within one Write a document
 // key appears once.
 type Write struct {
 	Live      []Document
 	Withdrawn []Withdrawal
+	// Fence is the writer's claim on the partition of the documents.
+	Fence Fence
 }
 
 // Keys returns every document key of the write, live ones first.
@@ -173,6 +190,11 @@ type Index interface {
 	// Apply upserts the chunks of w.Live, then removes every other chunk of
 	// the documents of w, including all chunks of w.Withdrawn.
 	Apply(ctx context.Context, w *Write) error
+	// Remove deletes the chunks of ids, wherever they are. A writer that a
+	// later store fenced off removes with it the chunks it had just
+	// written that the current state does not hold: the index has no
+	// transaction to refuse them in.
+	Remove(ctx context.Context, ids []uuid.UUID) error
 }
 
 // Graph is the graph store (Neo4j), written second.
@@ -184,11 +206,14 @@ type Graph interface {
 }
 
 // Relational is the relational store (PostgreSQL), written last; it is also
-// the decision store.
+// the decision store, and the keeper of the partitions' fencing tokens.
 type Relational interface {
 	// States returns the stored state of the given documents; unknown
-	// documents are absent from the map.
-	States(ctx context.Context, keys []string) (map[string]State, error)
+	// documents are absent from the map. With a fence (Token > 0) it
+	// first checks that no newer writer holds the partition, and returns
+	// a *FencedError if one does, so a late writer stops before it writes
+	// the index, which cannot check a token itself.
+	States(ctx context.Context, fence Fence, keys []string) (map[string]State, error)
 	// Apply writes documents, chunks, removals and the ledger entries in one
 	// transaction.
 	Apply(ctx context.Context, w *Write, ledger []LedgerEntry) error

@@ -166,11 +166,16 @@ type RelationalWriter interface {
 	Apply(ctx context.Context, w *project.Write, ledger []project.LedgerEntry) error
 }
 
+// StoreWriter is the index's or the graph's write.
+type StoreWriter interface {
+	Apply(ctx context.Context, w *project.Write) error
+}
+
 // WriteOrder is the three stores a repair writes, in the fixed order of
 // docs/write-order.md: index, then graph, then relational.
 type WriteOrder struct {
-	Index      project.Index
-	Graph      project.Graph
+	Index      StoreWriter
+	Graph      StoreWriter
 	Relational RelationalWriter
 }
 

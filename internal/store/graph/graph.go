@@ -172,6 +172,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 		`CREATE CONSTRAINT document_key IF NOT EXISTS FOR (d:Document) REQUIRE d.key IS UNIQUE`,
 		`CREATE CONSTRAINT chunk_id IF NOT EXISTS FOR (c:Chunk) REQUIRE c.id IS UNIQUE`,
 		`CREATE INDEX chunk_document_key IF NOT EXISTS FOR (c:Chunk) ON (c.document_key)`,
+		`CREATE CONSTRAINT partition_writer_id IF NOT EXISTS FOR (w:PartitionWriter) REQUIRE w.id IS UNIQUE`,
 	} {
 		if _, err := neo4j.ExecuteQuery(ctx, s.driver, stmt, nil, neo4j.EagerResultTransformer, s.queryConfig()); err != nil {
 			return classify(ctx, fmt.Errorf("create graph schema: %w", err))
@@ -188,11 +189,14 @@ func (s *Store) session(ctx context.Context, mode neo4j.AccessMode) neo4j.Sessio
 	return s.driver.NewSession(ctx, neo4j.SessionConfig{AccessMode: mode, DatabaseName: s.database})
 }
 
-// The statements below only move a document forward in version: a
-// document node takes a write of its version or a higher one, chunks are
-// written only under a document node of their version, and removals reach
-// only versions up to the one written. So a late write of a member that
-// lost its partition leaves a newer version as it is.
+// The statements below only move a document forward in its log: a
+// document node takes a write of a higher version, or of its version from
+// an event at or after the one it holds (its source_topic,
+// source_partition and source_offset; events of different logs are not
+// ordered, and are taken), chunks are written only under a document node
+// that holds the written event, and removals reach only versions up to the
+// one written. So a late write, of an older version or of an earlier event
+// of the same version, leaves the newer one as it is.
 //
 // mergeDocuments returns a row per document it wrote, fresh when the node
 // had no version or an older one before: no chunk of the written version
@@ -207,10 +211,17 @@ MERGE (doc:Document {key: d.key})
 SET doc._lock = true
 REMOVE doc._lock
 WITH doc, d, doc.version AS stored
-WHERE stored IS NULL OR stored <= d.version
+WHERE stored IS NULL OR stored < d.version OR (stored = d.version
+	AND NOT coalesce(doc.source_topic = d.topic AND doc.source_partition = d.partition AND d.offset < doc.source_offset, false))
 SET doc.version = d.version, doc.title = d.title, doc.source = d.source,
-	doc.metadata = d.metadata, doc.content_hash = d.content_hash
+	doc.metadata = d.metadata, doc.content_hash = d.content_hash,
+	doc.source_topic = d.topic, doc.source_partition = d.partition, doc.source_offset = d.offset
 RETURN d.key AS key, stored IS NULL OR stored < d.version AS fresh`
+
+// holdsEvent is true where the Document node doc holds the event of the
+// written row d: its version at its log position (null when unknown).
+const holdsEvent = `doc.version = d.version AND coalesce(doc.source_topic, '') = coalesce(d.topic, '')
+	AND coalesce(doc.source_partition, -1) = coalesce(d.partition, -1) AND coalesce(doc.source_offset, -1) = coalesce(d.offset, -1)`
 
 // createChunks creates the chunks of fresh documents, each under its
 // Document node; mergeChunks merges the chunks of the others. Both take
@@ -220,13 +231,13 @@ RETURN d.key AS key, stored IS NULL OR stored < d.version AS fresh`
 const (
 	createChunks = `
 UNWIND $docs AS d
-MATCH (doc:Document {key: d.key}) WHERE doc.version = d.version
+MATCH (doc:Document {key: d.key}) WHERE ` + holdsEvent + `
 UNWIND d.chunks AS c
 CREATE (doc)-[:HAS_CHUNK]->(:Chunk {id: c.id, document_key: d.key, version: d.version,
 	ordinal: c.ordinal, text: c.text, metadata: c.metadata})`
 	mergeChunks = `
 UNWIND $docs AS d
-MATCH (doc:Document {key: d.key}) WHERE doc.version = d.version
+MATCH (doc:Document {key: d.key}) WHERE ` + holdsEvent + `
 UNWIND d.chunks AS c
 MERGE (ch:Chunk {id: c.id})
 SET ch.document_key = d.key, ch.version = d.version, ch.ordinal = c.ordinal,
@@ -242,13 +253,16 @@ CREATE (:Document {key: d.key, version: d.version, title: d.title, source: d.sou
 	metadata: d.metadata, content_hash: d.content_hash})`
 
 // deleteOtherChunks removes, per document, the chunks the write makes
-// obsolete: older versions, and ordinals of the written version it did not
-// write; for a withdrawal (live false) every version up to its own. The
-// keep lists are per document so each check is against a short list.
+// obsolete: older versions, and, where the node holds the written event,
+// ordinals of the written version it did not write; for a withdrawal (live
+// false) every version up to its own. The keep lists are per document so
+// each check is against a short list.
 const deleteOtherChunks = `
 UNWIND $docs AS d
+OPTIONAL MATCH (doc:Document {key: d.key})
+WITH d, coalesce(` + holdsEvent + `, false) AS held
 MATCH (ch:Chunk {document_key: d.key})
-WHERE ch.version < d.version OR (ch.version = d.version AND (NOT d.live OR NOT ch.id IN d.ids))
+WHERE ch.version < d.version OR (ch.version = d.version AND (NOT d.live OR (held AND NOT ch.id IN d.ids)))
 DETACH DELETE ch`
 
 // deleteDocuments removes withdrawn documents whose node is not of a newer
@@ -263,9 +277,26 @@ REMOVE doc._lock
 WITH doc, d WHERE doc.version <= d.version
 DETACH DELETE doc`
 
+// checkFence is the first statement of a fenced write: it keeps, on one
+// (:PartitionWriter {id}) node per partition, the newest writer's token
+// seen, and returns the token seen before. The node's write lock, taken
+// before the read, is held until the transaction ends, so a write of a
+// newer writer and one of an older writer are ordered, and once a newer
+// token is in, every write of an older one is refused (Store.write rolls
+// it back). The node carries the partition's topic and number, and
+// nothing of any document.
+const checkFence = `
+MERGE (w:PartitionWriter {id: $id})
+SET w._lock = true
+REMOVE w._lock
+WITH w, coalesce(w.token, 0) AS newest
+SET w.token = CASE WHEN newest > $token THEN newest ELSE $token END, w.topic = $topic, w.partition = $partition
+RETURN newest`
+
 // batch is a Write as the statements' parameters.
 type batch struct {
-	docs []map[string]any
+	fence project.Fence
+	docs  []map[string]any
 	// chunks holds, per live document in the order of docs, its key,
 	// version and chunks.
 	chunks    []map[string]any
@@ -301,6 +332,7 @@ func (s *Store) CreateFallbacks() int64 { return s.fallbacks.Load() }
 // record's fault.
 func (s *Store) batchOf(w *project.Write) (*batch, error) {
 	b := &batch{
+		fence:     w.Fence,
 		docs:      make([]map[string]any, 0, len(w.Live)),
 		chunks:    make([]map[string]any, 0, len(w.Live)),
 		keep:      make([]map[string]any, 0, len(w.Live)+len(w.Withdrawn)),
@@ -311,9 +343,10 @@ func (s *Store) batchOf(w *project.Write) (*batch, error) {
 		if err != nil {
 			return nil, &project.StoreError{Store: project.StoreGraph, Kind: project.Rejected, Err: fmt.Errorf("document %q metadata: %w", d.Key, err)}
 		}
+		topic, partition, offset := position(d.Position)
 		b.docs = append(b.docs, map[string]any{
 			"key": d.Key, "version": d.Version, "title": d.Title, "source": d.Source,
-			"metadata": md, "content_hash": d.ContentHash,
+			"metadata": md, "content_hash": d.ContentHash, "topic": topic, "partition": partition, "offset": offset,
 		})
 		ids := make([]string, len(d.Chunks))
 		chunks := make([]map[string]any, len(d.Chunks))
@@ -328,8 +361,10 @@ func (s *Store) batchOf(w *project.Write) (*batch, error) {
 				chunks[i]["text"] = c.Text
 			}
 		}
-		b.chunks = append(b.chunks, map[string]any{"key": d.Key, "version": d.Version, "chunks": chunks})
-		b.keep = append(b.keep, map[string]any{"key": d.Key, "version": d.Version, "live": true, "ids": ids})
+		b.chunks = append(b.chunks, map[string]any{"key": d.Key, "version": d.Version, "chunks": chunks,
+			"topic": topic, "partition": partition, "offset": offset})
+		b.keep = append(b.keep, map[string]any{"key": d.Key, "version": d.Version, "live": true, "ids": ids,
+			"topic": topic, "partition": partition, "offset": offset})
 	}
 	for i, d := range w.Withdrawn {
 		b.withdrawn[i] = map[string]any{"key": d.Key, "version": d.Version}
@@ -345,6 +380,9 @@ func (s *Store) write(ctx context.Context, b *batch, mode ChunkWrites) error {
 	sess := s.session(ctx, neo4j.AccessModeWrite)
 	defer sess.Close(ctx)
 	_, err := sess.ExecuteWrite(ctx, func(tx neo4j.ManagedTransaction) (any, error) {
+		if err := fenceWrite(ctx, tx, b.fence); err != nil {
+			return nil, err
+		}
 		if mode == CreateOnlyUnsafe {
 			if _, err := run(ctx, tx, createDocuments, b.docs); err != nil {
 				return nil, err
@@ -387,6 +425,32 @@ func (s *Store) write(ctx context.Context, b *batch, mode ChunkWrites) error {
 		return nil, nil
 	})
 	return err
+}
+
+// fenceWrite runs checkFence for a fenced write and returns a
+// *project.FencedError when the partition has a newer writer.
+func fenceWrite(ctx context.Context, tx neo4j.ManagedTransaction, f project.Fence) error {
+	if f.Token == 0 {
+		return nil
+	}
+	res, err := tx.Run(ctx, checkFence, map[string]any{
+		"id": fmt.Sprintf("%s/%d", f.Topic, f.Partition), "topic": f.Topic, "partition": int64(f.Partition), "token": f.Token,
+	})
+	if err != nil {
+		return err
+	}
+	rec, err := res.Single(ctx)
+	if err != nil {
+		return err
+	}
+	newest, _, err := neo4j.GetRecordValue[int64](rec, "newest")
+	if err != nil {
+		return err
+	}
+	if newest > f.Token {
+		return &project.FencedError{Store: project.StoreGraph, Fence: f, Newest: newest}
+	}
+	return nil
 }
 
 // run runs query with rows as its $docs, and returns its records; no rows
@@ -457,6 +521,15 @@ RETURN k, c.id AS id`, map[string]any{"keys": keys}, neo4j.EagerResultTransforme
 	return out, nil
 }
 
+// position is a log position as the statements' parameters: nulls when
+// unknown (no topic), which no property holds.
+func position(p project.Position) (topic, partition, offset any) {
+	if p.Topic == "" {
+		return nil, nil, nil
+	}
+	return p.Topic, int64(p.Partition), p.Offset
+}
+
 // jsonOrNil encodes metadata as a JSON string property; Neo4j properties
 // cannot hold maps. nil metadata is no property at all.
 func jsonOrNil(m map[string]any) (any, error) {
@@ -477,6 +550,9 @@ func jsonOrNil(m map[string]any) (any, error) {
 func classify(ctx context.Context, err error) error {
 	if err == nil {
 		return nil
+	}
+	if _, ok := errors.AsType[*project.FencedError](err); ok {
+		return err // not a failure of the store: its answer
 	}
 	err = project.WithContextErr(ctx, err)
 	kind, limit := project.Transient, ""

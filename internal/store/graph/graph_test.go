@@ -37,7 +37,8 @@ func openTestWith(t *testing.T, mode ChunkWrites, text bool) (*Store, string) {
 	}
 	prefix := fmt.Sprintf("graph-test-%d-", time.Now().UnixNano())
 	t.Cleanup(func() {
-		_, _ = neo4j.ExecuteQuery(ctx, s.driver, `MATCH (n) WHERE (n:Document AND n.key STARTS WITH $p) OR (n:Chunk AND n.document_key STARTS WITH $p) DETACH DELETE n`,
+		_, _ = neo4j.ExecuteQuery(ctx, s.driver, `MATCH (n) WHERE (n:Document AND n.key STARTS WITH $p) OR (n:Chunk AND n.document_key STARTS WITH $p)
+	OR (n:PartitionWriter AND n.topic STARTS WITH $p) DETACH DELETE n`,
 			map[string]any{"p": prefix}, neo4j.EagerResultTransformer)
 		_ = s.Close(ctx)
 	})
@@ -189,5 +190,35 @@ func TestCancelledWhileRetrying(t *testing.T) {
 	err = s.Migrate(ctx)
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("Migrate cancelled while the driver retries: %v, want an error that is context.Canceled", err)
+	}
+}
+
+// TestFenceRefusesAnOlderWriter: once a write of a newer writer of a
+// partition is in, the graph refuses, in its transaction, a write of an
+// older one and keeps nothing of it; a writer of another partition is not
+// concerned.
+func TestFenceRefusesAnOlderWriter(t *testing.T) {
+	s, prefix := openTest(t)
+	ctx := context.Background()
+	topic := prefix + "documents"
+	newer, old := project.Fence{Topic: topic, Token: 2}, project.Fence{Topic: topic, Token: 1}
+	if err := s.Apply(ctx, &project.Write{Live: []project.Document{storetest.Doc(prefix+"a", 2, "x")}, Fence: newer}); err != nil {
+		t.Fatalf("Apply under token 2: %v", err)
+	}
+	late := &project.Write{Live: []project.Document{storetest.Doc(prefix+"b", 1, "x", "y")}, Withdrawn: []project.Withdrawal{{Key: prefix + "a", Version: 2}}, Fence: old}
+	var fenced *project.FencedError
+	if err := s.Apply(ctx, late); !errors.As(err, &fenced) || fenced.Newest != 2 || fenced.Store != project.StoreGraph {
+		t.Fatalf("Apply under token 1 after token 2 = %v, want the graph's FencedError naming token 2", err)
+	}
+	ids, err := s.ChunkIDs(ctx, []string{prefix + "a", prefix + "b"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ids[prefix+"a"]) != 1 || len(ids[prefix+"b"]) != 0 {
+		t.Errorf("chunks after the refused write: a %d, b %d; want a's 1 kept and nothing of b", len(ids[prefix+"a"]), len(ids[prefix+"b"]))
+	}
+	elsewhere := project.Fence{Topic: topic, Partition: 1, Token: 1}
+	if err := s.Apply(ctx, &project.Write{Live: []project.Document{storetest.Doc(prefix+"c", 1, "x")}, Fence: elsewhere}); err != nil {
+		t.Errorf("Apply under token 1 of another partition: %v", err)
 	}
 }

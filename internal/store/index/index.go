@@ -3,7 +3,10 @@
 // The point id is the chunk id; the payload holds document_key (keyword
 // index), version (integer index), ordinal, text, title, source and
 // metadata (the document's metadata with the chunk's own on top), so a
-// search result can be shown and filtered without another store.
+// search result can be shown and filtered without another store, and the
+// log position of the event the chunk is of (source_topic,
+// source_partition, source_offset), so a late write of an earlier event
+// of the same version does not replace it.
 package index
 
 import (
@@ -12,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -178,10 +182,13 @@ func (s *Store) Migrate(ctx context.Context) error {
 // are in before the old ones go. Every call waits until Qdrant has applied
 // it, so a fence that follows reads the write.
 //
-// Writes only move a document forward: a delete never reaches a version
-// above the one written, and when a newer version's points are already
-// there (a late write of a member that lost its partition), the points
-// just upserted are removed again, so the newer version is what stays.
+// Writes only move a document forward in its log. An upsert replaces a
+// stored point only where the point holds an event at or before the
+// written one (Qdrant's conditional upsert, update_filter); a delete never
+// reaches a newer version, nor a point of the written version from a later
+// event; and when a newer event's points are already there (a late write
+// of a member that lost its partition), the points just upserted are
+// removed again, so the newer event is what stays.
 func (s *Store) Apply(ctx context.Context, w *project.Write) error {
 	if err := s.upsert(ctx, w); err != nil {
 		return err
@@ -195,20 +202,82 @@ func (s *Store) Apply(ctx context.Context, w *project.Write) error {
 	if len(w.Live) == 0 {
 		return nil
 	}
-	superseded, err := s.superseded(ctx, w)
-	if err != nil || len(superseded) == 0 {
+	newer, err := s.superseded(ctx, w)
+	if err != nil || len(newer) == 0 {
 		return err
 	}
 	var undo []*qdrant.Condition
 	for _, d := range w.Live {
-		if superseded[d.Key] {
+		switch newer[d.Key] {
+		case newerVersion:
 			undo = append(undo, qdrant.NewFilterAsCondition(&qdrant.Filter{Must: []*qdrant.Condition{
 				qdrant.NewMatchKeyword("document_key", d.Key), versionRange(&qdrant.Range{Lte: version(d.Version)}),
+			}}))
+		case laterEvent:
+			undo = append(undo, qdrant.NewFilterAsCondition(&qdrant.Filter{Must: []*qdrant.Condition{
+				qdrant.NewMatchKeyword("document_key", d.Key), qdrant.NewMatchInt("version", d.Version), notAfter(d.Position),
 			}}))
 		}
 	}
 	if err := s.deletePoints(ctx, &qdrant.Filter{Should: undo}); err != nil {
 		return fmt.Errorf("delete superseded points: %w", err)
+	}
+	return nil
+}
+
+// The payload fields of a point's event position.
+const (
+	fieldTopic     = "source_topic"
+	fieldPartition = "source_partition"
+	fieldOffset    = "source_offset"
+)
+
+// replaceable is the condition on a stored point that a write of the event
+// at pos may replace it: the point's event is at or before pos in the same
+// log, or not ordered with it (no position stored, another topic or
+// partition). nil when pos is unknown: any point may be replaced, as
+// before positions were stored.
+func replaceable(pos project.Position) *qdrant.Condition {
+	if pos.Topic == "" {
+		return nil
+	}
+	return qdrant.NewFilterAsCondition(&qdrant.Filter{Should: []*qdrant.Condition{
+		qdrant.NewIsEmpty(fieldOffset),
+		qdrant.NewFilterAsCondition(&qdrant.Filter{MustNot: []*qdrant.Condition{qdrant.NewMatchKeyword(fieldTopic, pos.Topic)}}),
+		qdrant.NewFilterAsCondition(&qdrant.Filter{MustNot: []*qdrant.Condition{qdrant.NewMatchInt(fieldPartition, int64(pos.Partition))}}),
+		qdrant.NewRange(fieldOffset, &qdrant.Range{Lte: qdrant.PtrOf(float64(pos.Offset))}),
+	}})
+}
+
+// sameLog is the condition that a stored point's event is in pos's log,
+// offset within r.
+func sameLog(pos project.Position, r *qdrant.Range) []*qdrant.Condition {
+	return []*qdrant.Condition{
+		qdrant.NewMatchKeyword(fieldTopic, pos.Topic),
+		qdrant.NewMatchInt(fieldPartition, int64(pos.Partition)),
+		qdrant.NewRange(fieldOffset, r),
+	}
+}
+
+// notAfter is the condition that a stored point's event is at or before
+// pos in pos's log: the points a late write of the event at pos put in.
+func notAfter(pos project.Position) *qdrant.Condition {
+	return qdrant.NewFilterAsCondition(&qdrant.Filter{Must: sameLog(pos, &qdrant.Range{Lte: qdrant.PtrOf(float64(pos.Offset))})})
+}
+
+// Remove deletes the points of ids, in calls of at most UpsertBatch ids.
+func (s *Store) Remove(ctx context.Context, ids []uuid.UUID) error {
+	for part := range slices.Chunk(ids, s.cfg.UpsertBatch) {
+		pids := make([]*qdrant.PointId, len(part))
+		for i, id := range part {
+			pids[i] = qdrant.NewIDUUID(id.String())
+		}
+		_, err := s.client.Delete(ctx, &qdrant.DeletePoints{
+			CollectionName: s.cfg.Collection, Points: qdrant.NewPointsSelector(pids...), Wait: qdrant.PtrOf(true),
+		})
+		if err != nil {
+			return classify(ctx, fmt.Errorf("delete points: %w", err))
+		}
 	}
 	return nil
 }
@@ -220,42 +289,38 @@ func (s *Store) deletePoints(ctx context.Context, filter *qdrant.Filter) error {
 	return classify(ctx, err)
 }
 
-// obsolete is the filter of the points w makes obsolete, two clauses per
-// version written: its documents' older versions, and their points of that
-// version that the write does not hold (each clause keeps only its own
-// documents' ids, so the filter grows with the write, not with the write
-// times its versions).
+// obsolete is the filter of the points w makes obsolete: per version
+// written, its documents' older versions; per document, its points of the
+// written version, from the written event or an earlier one, that the
+// write does not hold (a later event's points of the same version are
+// not this write's to remove); per withdrawal version, its documents'
+// versions up to it.
 func obsolete(w *project.Write) *qdrant.Filter {
-	type group struct {
-		keys []string
-		keep []*qdrant.PointId
-	}
-	live, withdrawn := map[int64]*group{}, map[int64][]string{}
+	live, withdrawn := map[int64][]string{}, map[int64][]string{}
+	var should []*qdrant.Condition
 	for _, d := range w.Live {
-		g := live[d.Version]
-		if g == nil {
-			g = &group{}
-			live[d.Version] = g
+		live[d.Version] = append(live[d.Version], d.Key)
+		same := &qdrant.Filter{Must: []*qdrant.Condition{qdrant.NewMatchKeyword("document_key", d.Key), qdrant.NewMatchInt("version", d.Version)}}
+		if c := replaceable(d.Position); c != nil {
+			same.Must = append(same.Must, c)
 		}
-		g.keys = append(g.keys, d.Key)
-		for _, c := range d.Chunks {
-			g.keep = append(g.keep, qdrant.NewIDUUID(c.ID.String()))
+		if len(d.Chunks) > 0 {
+			keep := make([]*qdrant.PointId, len(d.Chunks))
+			for i, c := range d.Chunks {
+				keep[i] = qdrant.NewIDUUID(c.ID.String())
+			}
+			same.MustNot = []*qdrant.Condition{qdrant.NewHasID(keep...)}
 		}
+		should = append(should, qdrant.NewFilterAsCondition(same))
 	}
 	for _, d := range w.Withdrawn {
 		withdrawn[d.Version] = append(withdrawn[d.Version], d.Key)
 	}
-	var should []*qdrant.Condition
 	clause := func(keys []string, conds ...*qdrant.Condition) *qdrant.Condition {
 		return qdrant.NewFilterAsCondition(&qdrant.Filter{Must: append([]*qdrant.Condition{qdrant.NewMatchKeywords("document_key", keys...)}, conds...)})
 	}
-	for v, g := range live {
-		should = append(should, clause(g.keys, versionRange(&qdrant.Range{Lt: version(v)})))
-		same := &qdrant.Filter{Must: []*qdrant.Condition{qdrant.NewMatchKeywords("document_key", g.keys...), qdrant.NewMatchInt("version", v)}}
-		if len(g.keep) > 0 {
-			same.MustNot = []*qdrant.Condition{qdrant.NewHasID(g.keep...)}
-		}
-		should = append(should, qdrant.NewFilterAsCondition(same))
+	for v, keys := range live {
+		should = append(should, clause(keys, versionRange(&qdrant.Range{Lt: version(v)})))
 	}
 	for v, keys := range withdrawn {
 		should = append(should, clause(keys, versionRange(&qdrant.Range{Lte: version(v)})))
@@ -263,26 +328,49 @@ func obsolete(w *project.Write) *qdrant.Filter {
 	return &qdrant.Filter{Should: should}
 }
 
-// superseded returns the documents of w.Live that have points of a higher
-// version than the one written.
-func (s *Store) superseded(ctx context.Context, w *project.Write) (map[string]bool, error) {
+// newer says what newer event of a document the index holds.
+type newer int
+
+const (
+	// newerVersion: points of a higher version than the one written.
+	newerVersion newer = iota + 1
+	// laterEvent: points of the written version from a later event of the
+	// same log (the same version published again with other content).
+	laterEvent
+)
+
+// superseded returns the documents of w.Live of which the index holds a
+// newer event than the one written.
+func (s *Store) superseded(ctx context.Context, w *project.Write) (map[string]newer, error) {
 	byVersion := map[int64][]string{}
+	written := make(map[string]int64, len(w.Live))
+	var should []*qdrant.Condition
 	for _, d := range w.Live {
 		byVersion[d.Version] = append(byVersion[d.Version], d.Key)
+		written[d.Key] = d.Version
+		if d.Position.Topic != "" {
+			should = append(should, qdrant.NewFilterAsCondition(&qdrant.Filter{Must: append([]*qdrant.Condition{
+				qdrant.NewMatchKeyword("document_key", d.Key), qdrant.NewMatchInt("version", d.Version),
+			}, sameLog(d.Position, &qdrant.Range{Gt: qdrant.PtrOf(float64(d.Position.Offset))})...)}))
+		}
 	}
-	var should []*qdrant.Condition
 	for v, keys := range byVersion {
 		should = append(should, qdrant.NewFilterAsCondition(&qdrant.Filter{Must: []*qdrant.Condition{
 			qdrant.NewMatchKeywords("document_key", keys...), versionRange(&qdrant.Range{Gt: version(v)}),
 		}}))
 	}
-	out := map[string]bool{}
-	err := s.Scroll(ctx, &qdrant.Filter{Should: should}, []string{"document_key"}, func(p *qdrant.RetrievedPoint) error {
-		out[p.GetPayload()["document_key"].GetStringValue()] = true
+	out := map[string]newer{}
+	err := s.Scroll(ctx, &qdrant.Filter{Should: should}, []string{"document_key", "version"}, func(p *qdrant.RetrievedPoint) error {
+		key := p.GetPayload()["document_key"].GetStringValue()
+		if p.GetPayload()["version"].GetIntegerValue() > written[key] {
+			out[key] = newerVersion
+		} else if out[key] == 0 {
+			out[key] = laterEvent
+		}
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("find newer versions: %w", err)
+		return nil, fmt.Errorf("find newer events: %w", err)
 	}
 	return out, nil
 }
@@ -298,12 +386,17 @@ func (s *Store) upsert(ctx context.Context, w *project.Write) error {
 	g.SetLimit(s.cfg.UpsertConcurrency)
 	points := make([]*qdrant.PointStruct, 0, s.cfg.UpsertBatch)
 	size := upsertOverhead + len(s.cfg.Collection)
+	// replace holds, per document of the call, the condition on its stored
+	// points that they may be replaced.
+	var replace []*qdrant.Condition
 	flush := func() {
 		if len(points) == 0 {
 			return
 		}
-		call := &qdrant.UpsertPoints{CollectionName: s.cfg.Collection, Points: points, Wait: qdrant.PtrOf(true)}
+		call := &qdrant.UpsertPoints{CollectionName: s.cfg.Collection, Points: points, Wait: qdrant.PtrOf(true),
+			UpdateFilter: &qdrant.Filter{Should: replace}}
 		points = make([]*qdrant.PointStruct, 0, s.cfg.UpsertBatch)
+		replace = nil
 		size = upsertOverhead + len(s.cfg.Collection)
 		g.Go(func() error {
 			if _, err := s.client.Upsert(gctx, call); err != nil {
@@ -318,6 +411,11 @@ func (s *Store) upsert(ctx context.Context, w *project.Write) error {
 			_ = g.Wait()
 			return err
 		}
+		docReplace := qdrant.NewFilterAsCondition(&qdrant.Filter{Must: []*qdrant.Condition{qdrant.NewMatchKeyword("document_key", d.Key)}})
+		if c := replaceable(d.Position); c != nil {
+			docReplace = qdrant.NewFilterAsCondition(&qdrant.Filter{Must: []*qdrant.Condition{qdrant.NewMatchKeyword("document_key", d.Key), c}})
+		}
+		inCall := false
 		for _, c := range d.Chunks {
 			p, err := shared.point(&c)
 			var n int
@@ -330,11 +428,17 @@ func (s *Store) upsert(ctx context.Context, w *project.Write) error {
 			}
 			if len(points) > 0 && size+n > s.cfg.UpsertMaxBytes {
 				flush()
+				inCall = false
+			}
+			if !inCall {
+				replace = append(replace, docReplace)
+				inCall = true
 			}
 			points = append(points, p)
 			size += n
 			if len(points) == s.cfg.UpsertBatch {
 				flush()
+				inCall = false
 			}
 			if gctx.Err() != nil {
 				// An upsert failed or ctx ended: building more is
@@ -369,6 +473,9 @@ func (s *Store) pointSize(p *qdrant.PointStruct, c *project.Chunk) (int, error) 
 // Points share them: the upsert only reads them.
 type documentPayload struct {
 	key, version, title, source, metadata *qdrant.Value
+	// topic, partition and offset are the event's position; nil when
+	// unknown.
+	topic, partition, offset *qdrant.Value
 }
 
 func newDocumentPayload(d *project.Document) (*documentPayload, error) {
@@ -379,10 +486,16 @@ func newDocumentPayload(d *project.Document) (*documentPayload, error) {
 	if err != nil {
 		return nil, &project.StoreError{Store: project.StoreIndex, Kind: project.Rejected, Err: fmt.Errorf("payload of document %q: %w", d.Key, err)}
 	}
-	return &documentPayload{
+	p := &documentPayload{
 		key: qdrant.NewValueString(d.Key), version: qdrant.NewValueInt(d.Version),
 		title: qdrant.NewValueString(d.Title), source: qdrant.NewValueString(d.Source), metadata: qdrant.NewValueStruct(md),
-	}, nil
+	}
+	if d.Position.Topic != "" {
+		p.topic = qdrant.NewValueString(d.Position.Topic)
+		p.partition = qdrant.NewValueInt(int64(d.Position.Partition))
+		p.offset = qdrant.NewValueInt(d.Position.Offset)
+	}
+	return p, nil
 }
 
 // point builds the point of chunk c of the document. Its payload holds
@@ -414,19 +527,19 @@ func (p *documentPayload) point(c *project.Chunk) (*qdrant.PointStruct, error) {
 		}
 		metadata = qdrant.NewValueFromFields(fields)
 	}
-	return &qdrant.PointStruct{
-		Id:      qdrant.NewIDUUID(c.ID.String()),
-		Vectors: qdrant.NewVectorsDense(c.Vector),
-		Payload: map[string]*qdrant.Value{
-			"document_key": p.key,
-			"version":      p.version,
-			"ordinal":      qdrant.NewValueInt(int64(c.Ordinal)),
-			"text":         qdrant.NewValueString(c.Text),
-			"title":        p.title,
-			"source":       p.source,
-			"metadata":     metadata,
-		},
-	}, nil
+	payload := map[string]*qdrant.Value{
+		"document_key": p.key,
+		"version":      p.version,
+		"ordinal":      qdrant.NewValueInt(int64(c.Ordinal)),
+		"text":         qdrant.NewValueString(c.Text),
+		"title":        p.title,
+		"source":       p.source,
+		"metadata":     metadata,
+	}
+	if p.offset != nil {
+		payload[fieldTopic], payload[fieldPartition], payload[fieldOffset] = p.topic, p.partition, p.offset
+	}
+	return &qdrant.PointStruct{Id: qdrant.NewIDUUID(c.ID.String()), Vectors: qdrant.NewVectorsDense(c.Vector), Payload: payload}, nil
 }
 
 // validUTF8 refuses what Qdrant's payload strings cannot hold, as

@@ -85,6 +85,19 @@ UPDATE documents d SET (source_topic, source_partition, source_offset) = (
 	WHERE l.document_key = d.document_key
 	ORDER BY l.projected_at DESC, l.source_offset DESC LIMIT 1);
 `,
+	// 4: the fencing token of each partition's writer (fence.go): it grows
+	// with every assignment of the partition, and a write under an older
+	// token is refused.
+	`
+CREATE TABLE partition_writers (
+	source_topic     text NOT NULL,
+	source_partition integer NOT NULL,
+	token            bigint NOT NULL,
+	writer           text NOT NULL,
+	assigned_at      timestamptz NOT NULL DEFAULT now(),
+	PRIMARY KEY (source_topic, source_partition)
+);
+`,
 }
 
 // migrationLock is the advisory lock key that serialises migrations when

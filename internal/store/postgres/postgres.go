@@ -108,8 +108,15 @@ func (p *storedPosition) position() project.Position {
 }
 
 // States returns the stored state of the given documents, with the
-// position of the event that last changed each (zero when unknown).
-func (s *Store) States(ctx context.Context, keys []string) (map[string]project.State, error) {
+// position of the event that last changed each (zero when unknown). With a
+// fence, it first returns a *project.FencedError if the partition has a
+// newer writer.
+func (s *Store) States(ctx context.Context, fence project.Fence, keys []string) (map[string]project.State, error) {
+	if fence.Token > 0 {
+		if err := checkFence(fence, s.pool.QueryRow(ctx, peekFence, fence.Topic, fence.Partition)); err != nil {
+			return nil, classify(fmt.Errorf("read the fencing token: %w", err))
+		}
+	}
 	rows, err := s.pool.Query(ctx, `SELECT document_key, version, status, content_hash, `+positionColumns+`
 FROM documents WHERE document_key = ANY($1)`, keys)
 	if err != nil {
@@ -185,14 +192,27 @@ var (
 	chunkStageColumns = []string{"chunk_id", "document_key", "version", "ordinal", "text", "metadata", "vector"}
 )
 
+// heldByRow is true where the documents row d holds the event that the
+// batch's row b of a document carries: the same version, live, and the
+// same log position (no position on either side is the same). It keeps a
+// late write out of the chunks: of an older version, and of an earlier
+// event of the same version (a conflict overwritten since, whose chunk
+// ids are the same as the newer content's).
+const heldByRow = `d.version = b.v AND d.status = 'live'
+	AND d.source_topic IS NOT DISTINCT FROM NULLIF(b.tp, '')
+	AND d.source_partition IS NOT DISTINCT FROM CASE WHEN b.tp <> '' THEN b.pa END
+	AND d.source_offset IS NOT DISTINCT FROM CASE WHEN b.tp <> '' THEN b.po END`
+
 // upsertChunks runs after upsertDocuments in the same transaction and
-// writes only the chunks of the version the documents row now holds live:
-// an older version's late write adds nothing.
+// writes only the chunks of documents whose row now holds the event the
+// batch wrote (heldByRow): a late write adds nothing.
 const upsertChunks = `
 INSERT INTO chunks AS c (chunk_id, document_key, version, ordinal, text, metadata, vector)
 SELECT s.chunk_id, s.document_key, s.version, s.ordinal, s.text, NULLIF(s.metadata, '')::jsonb, s.vector
 FROM pg_temp.projector_chunk_stage s
-JOIN documents d ON d.document_key = s.document_key AND d.version = s.version AND d.status = 'live'
+JOIN unnest($1::text[], $2::bigint[], $3::text[], $4::int[], $5::bigint[]) AS b(k, v, tp, pa, po)
+	ON b.k = s.document_key AND b.v = s.version
+JOIN documents d ON d.document_key = s.document_key AND ` + heldByRow + `
 ON CONFLICT (chunk_id) DO UPDATE SET
 	document_key = excluded.document_key, version = excluded.version, ordinal = excluded.ordinal,
 	text = excluded.text, metadata = excluded.metadata, vector = excluded.vector
@@ -201,14 +221,16 @@ WHERE (c.document_key, c.version, c.ordinal, c.text, c.metadata, c.vector)
 
 // deleteOtherChunks removes the chunks of the batch's documents that the
 // documents rows, as the batch left them, no longer have: every chunk of a
-// withdrawn document, chunks of older versions, and, where the batch wrote
-// the current version, its ordinals beyond a shrunk document. A newer
-// version's chunks are never removed by an older version's write.
+// withdrawn document, chunks of older versions, and, where the row holds
+// the event the batch wrote (heldByRow), its ordinals beyond a shrunk
+// document. A newer event's chunks are never removed by an older event's
+// write.
 const deleteOtherChunks = `
-DELETE FROM chunks c USING documents d, unnest($1::text[], $2::bigint[], $3::text[]) AS b(k, v, st)
+DELETE FROM chunks c USING documents d, unnest($1::text[], $2::bigint[], $3::text[], $4::text[], $5::int[], $6::bigint[]) AS b(k, v, st, tp, pa, po)
 WHERE c.document_key = b.k AND d.document_key = b.k
 	AND (d.status = 'withdrawn' OR c.version < d.version
-		OR (b.st = 'live' AND b.v = d.version AND c.chunk_id NOT IN (SELECT chunk_id FROM pg_temp.projector_chunk_stage)))`
+		OR (b.st = 'live' AND ` + heldByRow + `
+			AND c.chunk_id NOT IN (SELECT chunk_id FROM pg_temp.projector_chunk_stage)))`
 
 // The first projection of an event stays in the ledger; a redelivery does
 // not rewrite it. An overwritten conflict updates the content it recorded.
@@ -256,12 +278,18 @@ func (s *Store) HoldRepairLease(ctx context.Context) (release func(), err error)
 
 // Apply writes w and the ledger entries in one transaction: the chunk
 // rows by COPY into the staging table, then every statement as one round
-// trip. The transaction first waits for the repair lease (shared).
+// trip. The transaction first checks w's fence (refusing with a
+// *project.FencedError when the partition has a newer writer), then waits
+// for the repair lease (shared).
 func (s *Store) Apply(ctx context.Context, w *project.Write, ledger []project.LedgerEntry) error {
 	b := &pgx.Batch{}
 	docs, chunks, err := columnsOf(w)
 	if err != nil {
 		return err
+	}
+	fenced := w.Fence.Token > 0
+	if fenced {
+		b.Queue(readFence, w.Fence.Topic, w.Fence.Partition)
 	}
 	if !s.leased.Load() {
 		b.Queue(takeLeaseShared, leaseClass, s.schema)
@@ -271,10 +299,10 @@ func (s *Store) Apply(ctx context.Context, w *project.Write, ledger []project.Le
 			docs.topics, docs.topicIDs, docs.partitions, docs.offsets)
 	}
 	if len(chunks.ids) > 0 {
-		b.Queue(upsertChunks)
+		b.Queue(upsertChunks, docs.keys, docs.versions, docs.topics, docs.partitions, docs.offsets)
 	}
 	if len(docs.keys) > 0 {
-		b.Queue(deleteOtherChunks, docs.keys, docs.versions, docs.statuses)
+		b.Queue(deleteOtherChunks, docs.keys, docs.versions, docs.statuses, docs.topics, docs.partitions, docs.offsets)
 	}
 	if len(ledger) > 0 {
 		l := newLedgerColumns(ledger)
@@ -294,7 +322,14 @@ func (s *Store) Apply(ctx context.Context, w *project.Write, ledger []project.Le
 				return err
 			}
 		}
-		return tx.SendBatch(ctx, b).Close()
+		results := tx.SendBatch(ctx, b)
+		if fenced {
+			if err := checkFence(w.Fence, results.QueryRow()); err != nil {
+				_ = results.Close()
+				return err
+			}
+		}
+		return results.Close()
 	})
 	if err != nil {
 		return classify(fmt.Errorf("write batch: %w", err))
@@ -355,6 +390,9 @@ func DecodeVector(b []byte) ([]float32, error) {
 func classify(err error) error {
 	if err == nil {
 		return nil
+	}
+	if _, ok := errors.AsType[*project.FencedError](err); ok {
+		return err // not a failure of the store: its answer
 	}
 	kind, limit := project.Transient, ""
 	var pgErr *pgconn.PgError

@@ -138,7 +138,7 @@ func TestStatesAndLedger(t *testing.T) {
 	if err := s.Apply(ctx, &project.Write{Live: []project.Document{doc}, Withdrawn: []project.Withdrawal{{Key: "gone", Version: 7}}}, ledger); err != nil {
 		t.Fatal(err)
 	}
-	states, err := s.States(ctx, []string{"d", "gone", "unknown"})
+	states, err := s.States(ctx, project.Fence{}, []string{"d", "gone", "unknown"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,7 +258,7 @@ func TestDocumentsOnlyMoveForward(t *testing.T) {
 		if err := s.Apply(ctx, &st.write, nil); err != nil {
 			t.Fatalf("%s: Apply: %v", st.name, err)
 		}
-		states, err := s.States(ctx, []string{"d"})
+		states, err := s.States(ctx, project.Fence{}, []string{"d"})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -299,7 +299,7 @@ func TestMigrateUpgradesPositions(t *testing.T) {
 	if err := s.Migrate(ctx); err != nil {
 		t.Fatalf("Migrate: %v", err)
 	}
-	states, err := s.States(ctx, []string{"d", "never"})
+	states, err := s.States(ctx, project.Fence{}, []string{"d", "never"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -54,8 +54,13 @@ func Run(t *testing.T, s Store, prefix string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	k := func(name string) string { return prefix + name }
-	a, b, hostile := k("a"), k("b"), k(`q'"\}) DETACH DELETE n // '; DROP TABLE chunks; --`)
-	all := []string{a, b, hostile}
+	a, b, c, hostile := k("a"), k("b"), k("c"), k(`q'"\}) DETACH DELETE n // '; DROP TABLE chunks; --`)
+	all := []string{a, b, c, hostile}
+	// at places a document's event in the log.
+	at := func(d project.Document, offset int64) project.Document {
+		d.Position = project.Position{Topic: prefix + "documents", Partition: 0, Offset: offset}
+		return d
+	}
 
 	steps := []struct {
 		name  string
@@ -106,6 +111,23 @@ func Run(t *testing.T, s Store, prefix string) {
 			name:  "a document with no chunks",
 			write: project.Write{Live: []project.Document{Doc(b, 2)}},
 			want:  map[string][]uuid.UUID{a: keys.ChunkIDs(a, 2, 1), hostile: keys.ChunkIDs(hostile, 1, 3)},
+		},
+		{
+			name:  "an event at a position of the log",
+			write: project.Write{Live: []project.Document{at(Doc(c, 1, "x", "y", "z"), 10)}},
+			want:  map[string][]uuid.UUID{a: keys.ChunkIDs(a, 2, 1), hostile: keys.ChunkIDs(hostile, 1, 3), c: keys.ChunkIDs(c, 1, 3)},
+		},
+		{
+			name:  "a later event of the same version replaces it",
+			write: project.Write{Live: []project.Document{at(Doc(c, 1, "p", "q"), 20)}},
+			want:  map[string][]uuid.UUID{a: keys.ChunkIDs(a, 2, 1), hostile: keys.ChunkIDs(hostile, 1, 3), c: keys.ChunkIDs(c, 1, 2)},
+		},
+		{
+			// Its chunk ids are the later event's and one more: a store
+			// that compared versions only would take it.
+			name:  "an earlier event of the same version read late changes nothing",
+			write: project.Write{Live: []project.Document{at(Doc(c, 1, "x", "y", "z"), 10)}},
+			want:  map[string][]uuid.UUID{a: keys.ChunkIDs(a, 2, 1), hostile: keys.ChunkIDs(hostile, 1, 3), c: keys.ChunkIDs(c, 1, 2)},
 		},
 	}
 	for _, st := range steps {
