@@ -3,6 +3,8 @@ package e2e
 import (
 	"context"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -112,15 +114,17 @@ func (w *world) checkSingleWriterPerPartition() {
 }
 
 // TestHeldWriteAfterLostSession holds a member's batch between its index
-// and graph writes (the fault hold), then freezes the member (SIGSTOP) for
+// and graph writes (the fault await), then freezes the member (SIGSTOP) for
 // longer than its session, so the group gives its partition to a second
 // member, which projects a newer event of the document: a new version, a
-// withdrawal, a tombstone. When the first member thaws, its held batch of
-// the older version goes on until it learns it lost the partition: it must
-// not take any store back. Every store ends as the newer event left it, and
-// the committed offset is the end of the log. Before lost partitions were
-// cancelled and store writes checked the version, the graph and the
-// relational store ended at v1.
+// withdrawal, a tombstone. Only once the second member has committed it is
+// the held batch released and the first member thawed: its batch of the
+// older version goes on until it learns it lost the partition (its batch
+// is cancelled) or a store refuses its stale fencing token (it halts the
+// partition). Either way it must not take any store back: every store ends
+// as the newer event left it, and the committed offset is the end of the
+// log. Before lost partitions were cancelled and store writes checked the
+// version, the graph and the relational store ended at v1.
 func TestHeldWriteAfterLostSession(t *testing.T) {
 	for _, tt := range []struct {
 		name  string
@@ -140,7 +144,8 @@ func TestHeldWriteAfterLostSession(t *testing.T) {
 			m.apply(newer)
 			args := []string{"--session-timeout", "6s", "--rebalance-timeout", "6s", "--revoke-timeout", "2s"}
 
-			a := w.start([]string{"PROJECTOR_FAULTS=after-index=hold:2s"}, args...)
+			release := filepath.Join(t.TempDir(), "release")
+			a := w.start([]string{"PROJECTOR_FAULTS=after-index=await:" + release}, args...)
 			w.produce(v1.record())
 			waitFor(t, time.Minute, "the first member to hold its write", func() bool {
 				return strings.Contains(a.log.String(), "fault: holding at after-index")
@@ -151,18 +156,19 @@ func TestHeldWriteAfterLostSession(t *testing.T) {
 			w.produce(newer.record())
 			b := w.start(nil, args...)
 			w.waitDrained(b, 2*time.Minute)
+			if err := os.WriteFile(release, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
 			if err := a.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 				t.Fatal(err)
 			}
-			// The thawed member either learns at once that it lost the
-			// partition, or goes on with its held batch: its graph and
-			// relational writes, a fence, maybe a re-projection of v1, held
-			// again at the same point. It is killed once it has lost the
-			// partition or reached that point again, before it could read
-			// the newer event itself and so hide what its late writes did.
-			waitFor(t, time.Minute, "the first member to lose the partition or go on with its batch", func() bool {
+			// The thawed member learns that it lost the partition, or a
+			// store refuses its batch first. It is killed then, before it
+			// could read the newer event itself and so hide what its late
+			// writes did.
+			waitFor(t, time.Minute, "the first member to lose the partition or be refused", func() bool {
 				out := a.log.String()
-				return strings.Contains(out, `"partition lost"`) || strings.Count(out, "fault: holding at after-index") >= 2
+				return strings.Contains(out, `"partition lost"`) || strings.Contains(out, `"partition halted`)
 			})
 			a.kill()
 			b.stop()

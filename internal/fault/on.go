@@ -21,6 +21,9 @@ import (
 //	<point>=hold:<duration>      sleep at point deaf to cancellation (a
 //	                             store write that is on its way and lands
 //	                             late whatever the caller does)
+//	<point>=await:<path>         like hold, until a file exists at path: a
+//	                             test creates it once the other side of the
+//	                             interleaving it forces has happened
 //	drop-index=<substring>       the index skips documents whose key contains it
 //
 // Points: before-index, after-index, after-graph, after-relational (run);
@@ -36,6 +39,7 @@ type action struct {
 	exitProbability float64
 	pause           time.Duration
 	hold            time.Duration
+	await           string
 }
 
 // FromEnv parses Env; it returns nil when the variable is empty.
@@ -55,26 +59,33 @@ func FromEnv(getenv func(string) string) (*Injector, error) {
 			continue
 		}
 		kind, arg, _ := strings.Cut(value, ":")
+		a := in.points[name]
 		switch kind {
 		case "exit":
 			p, err := strconv.ParseFloat(arg, 64)
 			if err != nil || p < 0 || p > 1 {
 				return nil, fmt.Errorf("%s: %q: want exit:<probability 0..1>", Env, item)
 			}
-			in.points[name] = action{exitProbability: p}
+			a.exitProbability = p
 		case "pause", "hold":
 			d, err := time.ParseDuration(arg)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %q: want %s:<duration>", Env, item, kind)
 			}
 			if kind == "hold" {
-				in.points[name] = action{hold: d}
+				a.hold = d
 			} else {
-				in.points[name] = action{pause: d}
+				a.pause = d
 			}
+		case "await":
+			if arg == "" {
+				return nil, fmt.Errorf("%s: %q: want await:<path>", Env, item)
+			}
+			a.await = arg
 		default:
 			return nil, fmt.Errorf("%s: %q: unknown action %q", Env, item, kind)
 		}
+		in.points[name] = a
 	}
 	return in, nil
 }
@@ -83,6 +94,16 @@ func (in *Injector) at(ctx context.Context, point string) {
 	a, ok := in.points[point]
 	if !ok {
 		return
+	}
+	if a.await != "" {
+		fmt.Fprintf(os.Stderr, "fault: holding at %s until %s exists\n", point, a.await)
+		for {
+			if _, err := os.Stat(a.await); err == nil {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		fmt.Fprintf(os.Stderr, "fault: released at %s\n", point)
 	}
 	if a.exitProbability > 0 && rand.Float64() < a.exitProbability {
 		fmt.Fprintf(os.Stderr, "fault: injected crash at %s\n", point)
