@@ -64,7 +64,15 @@ func TestStoreOutages(t *testing.T) {
 
 	p := w.start(nil, "--batch-records", "25")
 	stopPublishing := make(chan struct{})
+	var stopOnce sync.Once
 	var wg sync.WaitGroup
+	stop := func() {
+		stopOnce.Do(func() { close(stopPublishing) })
+		wg.Wait()
+	}
+	// A failure that ends the test early stops the publisher too, before
+	// the test is over: it reports through t.
+	t.Cleanup(stop)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -142,8 +150,7 @@ func TestStoreOutages(t *testing.T) {
 			return code == 200
 		})
 	}
-	close(stopPublishing)
-	wg.Wait()
+	stop()
 	w.waitDrained(p, 3*time.Minute)
 	p.stop()
 	w.checkStores(m)
