@@ -225,12 +225,24 @@ func (s *Store) Apply(ctx context.Context, w *project.Write) error {
 	return nil
 }
 
-// The payload fields of a point's event position.
+// The payload fields of a point's event position. Two positions are of
+// the same log when their topics and partitions are, and their topic ids
+// too where both are known: a topic deleted and created again restarts its
+// offsets.
 const (
 	fieldTopic     = "source_topic"
+	fieldTopicID   = "source_topic_id"
 	fieldPartition = "source_partition"
 	fieldOffset    = "source_offset"
 )
+
+// topicID is pos's topic id as the payload holds it, "" when unknown.
+func topicID(pos project.Position) string {
+	if pos.TopicID == (project.TopicID{}) {
+		return ""
+	}
+	return uuid.UUID(pos.TopicID).String()
+}
 
 // replaceable is the condition on a stored point that a write of the event
 // at pos may replace it: the point's event is at or before pos in the same
@@ -241,22 +253,35 @@ func replaceable(pos project.Position) *qdrant.Condition {
 	if pos.Topic == "" {
 		return nil
 	}
-	return qdrant.NewFilterAsCondition(&qdrant.Filter{Should: []*qdrant.Condition{
+	should := []*qdrant.Condition{
 		qdrant.NewIsEmpty(fieldOffset),
 		qdrant.NewFilterAsCondition(&qdrant.Filter{MustNot: []*qdrant.Condition{qdrant.NewMatchKeyword(fieldTopic, pos.Topic)}}),
 		qdrant.NewFilterAsCondition(&qdrant.Filter{MustNot: []*qdrant.Condition{qdrant.NewMatchInt(fieldPartition, int64(pos.Partition))}}),
 		qdrant.NewRange(fieldOffset, &qdrant.Range{Lte: qdrant.PtrOf(float64(pos.Offset))}),
-	}})
+	}
+	if id := topicID(pos); id != "" {
+		// Another incarnation of the topic: not ordered.
+		should = append(should, qdrant.NewFilterAsCondition(&qdrant.Filter{MustNot: []*qdrant.Condition{
+			qdrant.NewIsEmpty(fieldTopicID), qdrant.NewMatchKeyword(fieldTopicID, id),
+		}}))
+	}
+	return qdrant.NewFilterAsCondition(&qdrant.Filter{Should: should})
 }
 
 // sameLog is the condition that a stored point's event is in pos's log,
 // offset within r.
 func sameLog(pos project.Position, r *qdrant.Range) []*qdrant.Condition {
-	return []*qdrant.Condition{
+	conds := []*qdrant.Condition{
 		qdrant.NewMatchKeyword(fieldTopic, pos.Topic),
 		qdrant.NewMatchInt(fieldPartition, int64(pos.Partition)),
 		qdrant.NewRange(fieldOffset, r),
 	}
+	if id := topicID(pos); id != "" {
+		conds = append(conds, qdrant.NewFilterAsCondition(&qdrant.Filter{Should: []*qdrant.Condition{
+			qdrant.NewIsEmpty(fieldTopicID), qdrant.NewMatchKeyword(fieldTopicID, id),
+		}}))
+	}
+	return conds
 }
 
 // notAfter is the condition that a stored point's event is at or before
@@ -473,9 +498,9 @@ func (s *Store) pointSize(p *qdrant.PointStruct, c *project.Chunk) (int, error) 
 // Points share them: the upsert only reads them.
 type documentPayload struct {
 	key, version, title, source, metadata *qdrant.Value
-	// topic, partition and offset are the event's position; nil when
-	// unknown.
-	topic, partition, offset *qdrant.Value
+	// topic, topicID, partition and offset are the event's position; nil
+	// when unknown.
+	topic, topicID, partition, offset *qdrant.Value
 }
 
 func newDocumentPayload(d *project.Document) (*documentPayload, error) {
@@ -494,6 +519,9 @@ func newDocumentPayload(d *project.Document) (*documentPayload, error) {
 		p.topic = qdrant.NewValueString(d.Position.Topic)
 		p.partition = qdrant.NewValueInt(int64(d.Position.Partition))
 		p.offset = qdrant.NewValueInt(d.Position.Offset)
+		if id := topicID(d.Position); id != "" {
+			p.topicID = qdrant.NewValueString(id)
+		}
 	}
 	return p, nil
 }
@@ -538,6 +566,9 @@ func (p *documentPayload) point(c *project.Chunk) (*qdrant.PointStruct, error) {
 	}
 	if p.offset != nil {
 		payload[fieldTopic], payload[fieldPartition], payload[fieldOffset] = p.topic, p.partition, p.offset
+	}
+	if p.topicID != nil {
+		payload[fieldTopicID] = p.topicID
 	}
 	return &qdrant.PointStruct{Id: qdrant.NewIDUUID(c.ID.String()), Vectors: qdrant.NewVectorsDense(c.Vector), Payload: payload}, nil
 }

@@ -54,11 +54,18 @@ func Run(t *testing.T, s Store, prefix string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	k := func(name string) string { return prefix + name }
-	a, b, c, hostile := k("a"), k("b"), k("c"), k(`q'"\}) DETACH DELETE n // '; DROP TABLE chunks; --`)
-	all := []string{a, b, c, hostile}
+	a, b, c, e, hostile := k("a"), k("b"), k("c"), k("e"), k(`q'"\}) DETACH DELETE n // '; DROP TABLE chunks; --`)
+	all := []string{a, b, c, e, hostile}
 	// at places a document's event in the log.
 	at := func(d project.Document, offset int64) project.Document {
 		d.Position = project.Position{Topic: prefix + "documents", Partition: 0, Offset: offset}
+		return d
+	}
+	// in places it in one incarnation of the topic, named by id's first
+	// byte: a topic deleted and created again restarts its offsets.
+	in := func(d project.Document, id byte, offset int64) project.Document {
+		d = at(d, offset)
+		d.Position.TopicID = project.TopicID{id}
 		return d
 	}
 
@@ -128,6 +135,18 @@ func Run(t *testing.T, s Store, prefix string) {
 			name:  "an earlier event of the same version read late changes nothing",
 			write: project.Write{Live: []project.Document{at(Doc(c, 1, "x", "y", "z"), 10)}},
 			want:  map[string][]uuid.UUID{a: keys.ChunkIDs(a, 2, 1), hostile: keys.ChunkIDs(hostile, 1, 3), c: keys.ChunkIDs(c, 1, 2)},
+		},
+		{
+			name:  "an event of one incarnation of the topic",
+			write: project.Write{Live: []project.Document{in(Doc(e, 1, "x", "y", "z"), 1, 10)}},
+			want:  map[string][]uuid.UUID{a: keys.ChunkIDs(a, 2, 1), hostile: keys.ChunkIDs(hostile, 1, 3), c: keys.ChunkIDs(c, 1, 2), e: keys.ChunkIDs(e, 1, 3)},
+		},
+		{
+			// At a lower offset, but offsets of two incarnations are not
+			// ordered: the later write is taken.
+			name:  "an event of the topic created again",
+			write: project.Write{Live: []project.Document{in(Doc(e, 1, "p", "q"), 2, 5)}},
+			want:  map[string][]uuid.UUID{a: keys.ChunkIDs(a, 2, 1), hostile: keys.ChunkIDs(hostile, 1, 3), c: keys.ChunkIDs(c, 1, 2), e: keys.ChunkIDs(e, 1, 2)},
 		},
 	}
 	for _, st := range steps {
