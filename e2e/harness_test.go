@@ -122,8 +122,9 @@ func (w *world) close() {
 	_, _ = w.adm.DeleteTopics(ctx, w.topic, w.dlqTopic)
 	_, _ = w.adm.DeleteGroup(ctx, w.group)
 	_, _ = w.pg.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{w.schema}.Sanitize()+" CASCADE")
-	_, _ = neo4j.ExecuteQuery(ctx, w.neo, `MATCH (n) WHERE (n:Document AND n.key STARTS WITH $p) OR (n:Chunk AND n.document_key STARTS WITH $p) DETACH DELETE n`,
-		map[string]any{"p": w.prefix}, neo4j.EagerResultTransformer)
+	_, _ = neo4j.ExecuteQuery(ctx, w.neo, `MATCH (n) WHERE (n:Document AND n.key STARTS WITH $p) OR (n:Chunk AND n.document_key STARTS WITH $p)
+	OR (n:WithdrawnDocument AND n.key STARTS WITH $p) OR (n:PartitionWriter AND n.topic = $t) DETACH DELETE n`,
+		map[string]any{"p": w.prefix, "t": w.topic}, neo4j.EagerResultTransformer)
 	_ = w.qd.DeleteCollection(ctx, w.collection)
 	_ = w.qd.Close()
 	_ = w.neo.Close(ctx)

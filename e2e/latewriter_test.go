@@ -1,11 +1,15 @@
 package e2e
 
 import (
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kgo"
 
 	"github.com/projector/projector/internal/testenv"
 )
@@ -135,4 +139,66 @@ func hasIndexLeftover(r reconciled, prefix, name string) bool {
 		}
 	}
 	return false
+}
+
+// TestFrozenMembers: three members write six partitions under a steady
+// stream; again and again one of them is frozen (SIGSTOP) for longer than
+// its session, so the group gives its partitions to the others while its
+// batches hang mid-write, and then thawed (SIGCONT): it learns that it lost
+// them, or a store refuses its stale fencing token, and it joins again.
+// Every store ends exactly as the model says, and a replay of the whole
+// log from the earliest offset leaves every store as it was.
+func TestFrozenMembers(t *testing.T) {
+	events := testenv.Size(t, "E2E_FREEZE_EVENTS", 1500, 0)
+	freezes := testenv.Size(t, "E2E_FREEZES", 3, 0)
+	w := newWorld(t, 6)
+	rng := rand.New(rand.NewPCG(29, 31))
+	h := newHistory(w, rng, events/5)
+	m := newModel()
+	var recs []*kgo.Record
+	for range events {
+		ev := h.next()
+		m.apply(ev)
+		recs = append(recs, ev.record())
+	}
+	args := []string{"--batch-records", "20", "--max-poll-records", "100",
+		"--session-timeout", "6s", "--rebalance-timeout", "6s", "--revoke-timeout", "2s"}
+	var members []*proc
+	for _, name := range []string{"a", "b", "c"} {
+		members = append(members, w.start([]string{"PROJECTOR_FAULTS=after-index=pause:10ms,after-graph=pause:10ms"},
+			append(args, "--instance-id", "frozen-"+name)...))
+	}
+	chunk := len(recs) / (freezes + 1)
+	for i := range freezes {
+		w.produce(recs[i*chunk : (i+1)*chunk]...)
+		frozen := members[i%len(members)]
+		if err := frozen.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+		// The frozen member commits nothing: the log is drained only once
+		// its session expired and the others took its partitions.
+		waitFor(t, 2*time.Minute, "the others to drain the log while one member is frozen", func() bool {
+			lag, err := w.lag()
+			return err == nil && lag == 0
+		})
+		if err := frozen.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.produce(recs[freezes*chunk:]...)
+	w.waitDrained(members[0], 5*time.Minute)
+	for _, p := range members {
+		p.stop()
+	}
+	w.committedEqualsEnd()
+	w.checkStores(m)
+
+	before := w.snapshot()
+	if stdout, stderr, code := w.replay("--to", "earliest"); code != 0 {
+		t.Fatalf("replay --to earliest = exit %d: %s%s", code, stdout, stderr)
+	}
+	p := w.start(nil, args...)
+	w.waitDrained(p, 5*time.Minute)
+	p.stop()
+	requireSameSnapshot(t, w.snapshot(), before)
 }

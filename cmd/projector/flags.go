@@ -229,6 +229,14 @@ func (s *storeFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&s.qdrantTLS, "qdrant-tls", false, "connect to Qdrant over TLS (implied by --qdrant-tls-ca-file)")
 	fs.StringVar(&s.qdrantTLSCAFile, "qdrant-tls-ca-file", "", "PEM file of the CA certificates to trust for Qdrant instead of the system's (a private CA)")
 	fs.IntVar(&s.vectorDim, "vector-dim", 384, "dimension of the chunk vectors (the embedder's and the collection's)")
+	s.registerGraph(fs)
+	fs.BoolVar(&s.graphChunkText, "graph-chunk-text", false, "keep each chunk's text on its Neo4j Chunk node too (it is always in Qdrant and PostgreSQL); off, graph writes are faster (docs/benchmarks.md) and the graph smaller; chunk nodes written before keep their text until rewritten")
+	s.registerRelational(fs)
+}
+
+// registerGraph registers the flags that reach Neo4j, for the commands
+// that use the graph (ledger-prune uses it and PostgreSQL only).
+func (s *storeFlags) registerGraph(fs *flag.FlagSet) {
 	fs.StringVar(&s.neo4jURI, "neo4j-uri", "bolt://127.0.0.1:7687", "Neo4j Bolt URI (bolt://, bolt+s://, neo4j://, neo4j+s://)")
 	fs.StringVar(&s.neo4jUser, "neo4j-user", "neo4j", "Neo4j user")
 	s.neo4jPasswordFlag = commandLineSecret{value: &s.neo4jPassword}
@@ -236,13 +244,11 @@ func (s *storeFlags) register(fs *flag.FlagSet) {
 	fs.Var(&s.neo4jPasswordFile, "neo4j-password-file", "file holding the Neo4j password (instead of --neo4j-password or PROJECTOR_NEO4J_PASSWORD)")
 	fs.StringVar(&s.neo4jTLSCAFile, "neo4j-tls-ca-file", "", "PEM file of the CA certificates to trust for neo4j+s:// and bolt+s:// URIs instead of the system's (a private CA)")
 	fs.StringVar(&s.neo4jDatabase, "neo4j-database", "", "Neo4j database (empty: the server's default)")
-	fs.BoolVar(&s.graphChunkText, "graph-chunk-text", false, "keep each chunk's text on its Neo4j Chunk node too (it is always in Qdrant and PostgreSQL); off, graph writes are faster (docs/benchmarks.md) and the graph smaller; chunk nodes written before keep their text until rewritten")
-	s.registerRelational(fs)
 }
 
-// registerRelational registers the PostgreSQL flags alone, for commands
-// that use no other store (ledger-prune), so that their -h lists only what
-// they read.
+// registerRelational registers the PostgreSQL flags, for commands that
+// use few stores (ledger-prune), so that their -h lists only what they
+// read.
 func (s *storeFlags) registerRelational(fs *flag.FlagSet) {
 	s.postgresDSN = "postgres://projector:projector@127.0.0.1:5432/projector?sslmode=disable"
 	s.postgresDSNFlag = commandLineSecret{value: &s.postgresDSN}
@@ -279,27 +285,13 @@ func (s *storeFlags) exposedSecrets() []exposedSecret {
 
 // open opens the three adapters; they connect lazily.
 func (s *storeFlags) open(ctx context.Context) (*stores, error) {
-	password := s.neo4jPassword
-	if s.neo4jPasswordFile.secret != "" {
-		if password != "" {
-			return nil, errors.New("the Neo4j password is set twice: give --neo4j-password-file, or --neo4j-password (PROJECTOR_NEO4J_PASSWORD), not both")
-		}
-		password = s.neo4jPasswordFile.secret
-	}
-	var qdrantTLS, neo4jTLS *tls.Config
+	var qdrantTLS *tls.Config
 	if s.qdrantTLS || s.qdrantTLSCAFile != "" {
 		cfg, err := clientTLS("--qdrant-tls", s.qdrantTLSCAFile, "", "")
 		if err != nil {
 			return nil, err
 		}
 		qdrantTLS = cfg
-	}
-	if s.neo4jTLSCAFile != "" {
-		cfg, err := clientTLS("--neo4j-tls", s.neo4jTLSCAFile, "", "")
-		if err != nil {
-			return nil, err
-		}
-		neo4jTLS = cfg
 	}
 	idx, err := index.Open(index.Config{
 		Addr: s.qdrantAddr, Collection: s.qdrantCollection, Dim: s.vectorDim, UpsertBatch: s.qdrantUpsertBatch, UpsertMaxBytes: s.qdrantUpsertBytes, UpsertConcurrency: s.qdrantUpserts,
@@ -308,7 +300,7 @@ func (s *storeFlags) open(ctx context.Context) (*stores, error) {
 	if err != nil {
 		return nil, err
 	}
-	gr, err := graph.Open(s.graphConfig(password, neo4jTLS))
+	gr, err := s.openGraph()
 	if err != nil {
 		_ = idx.Close()
 		return nil, err
@@ -320,6 +312,26 @@ func (s *storeFlags) open(ctx context.Context) (*stores, error) {
 		return nil, err
 	}
 	return &stores{index: idx, graph: gr, relational: rel, exposed: s.exposedSecrets()}, nil
+}
+
+// openGraph opens the graph adapter of the flags; it connects lazily.
+func (s *storeFlags) openGraph() (*graph.Store, error) {
+	password := s.neo4jPassword
+	if s.neo4jPasswordFile.secret != "" {
+		if password != "" {
+			return nil, errors.New("the Neo4j password is set twice: give --neo4j-password-file, or --neo4j-password (PROJECTOR_NEO4J_PASSWORD), not both")
+		}
+		password = s.neo4jPasswordFile.secret
+	}
+	var neo4jTLS *tls.Config
+	if s.neo4jTLSCAFile != "" {
+		cfg, err := clientTLS("--neo4j-tls", s.neo4jTLSCAFile, "", "")
+		if err != nil {
+			return nil, err
+		}
+		neo4jTLS = cfg
+	}
+	return graph.Open(s.graphConfig(password, neo4jTLS))
 }
 
 // graphConfig is the graph adapter's configuration of the flags, with the

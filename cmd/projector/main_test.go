@@ -107,7 +107,7 @@ func TestCommandsListOnlyTheirFlags(t *testing.T) {
 		command string
 		absent  []string
 	}{
-		{"ledger-prune", []string{"qdrant-addr", "neo4j-uri", "brokers"}},
+		{"ledger-prune", []string{"qdrant-addr", "brokers"}},
 		{"replay", []string{"qdrant-addr", "neo4j-uri", "postgres-dsn"}},
 		{"redrive", []string{"qdrant-addr", "neo4j-uri", "postgres-dsn"}},
 		{"publish", []string{"qdrant-addr", "neo4j-uri", "postgres-dsn"}},
@@ -118,8 +118,10 @@ func TestCommandsListOnlyTheirFlags(t *testing.T) {
 			}
 		}
 	}
-	if !hasFlag(t, "ledger-prune", "postgres-dsn") {
-		t.Error("projector ledger-prune -h lacks --postgres-dsn")
+	for _, f := range []string{"postgres-dsn", "neo4j-uri"} {
+		if !hasFlag(t, "ledger-prune", f) {
+			t.Errorf("projector ledger-prune -h lacks --%s", f)
+		}
 	}
 }
 

@@ -321,10 +321,11 @@ func ledgerPruneCommand(ctx context.Context, args []string, e env) error {
 	)
 	fs := newFlagSet("ledger-prune", "ledger-prune [flags]", e)
 	lf.register(fs)
+	sf.registerGraph(fs)
 	sf.registerRelational(fs)
 	pf.register(fs, "projector_ledger_prune")
-	fs.DurationVar(&retention, "retention", 720*time.Hour, "keep ledger rows projected within this long; older ones go, except each document's current-version row")
-	fs.IntVar(&batch, "batch", 1000, "rows deleted per transaction, 1 to 100000")
+	fs.DurationVar(&retention, "retention", 720*time.Hour, "keep ledger rows projected, and the graph's tombstones of documents withdrawn, within this long; older ones go, except each document's current-version row")
+	fs.IntVar(&batch, "batch", 1000, "rows (and tombstones) deleted per transaction, 1 to 100000")
 	if err := parse(fs, args, e); err != nil {
 		return err
 	}
@@ -358,18 +359,33 @@ func ledgerPruneCommand(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	return pf.push(ctx, pruneMetrics(deleted, time.Now()))
+	gr, err := sf.openGraph()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = gr.Close(context.WithoutCancel(ctx)) }()
+	start = time.Now()
+	tombstones, err := gr.PruneTombstones(ctx, cutoff, batch)
+	fmt.Fprintf(e.stdout, "deleted %d graph tombstones of documents withdrawn before %s in %s\n",
+		tombstones, cutoff.UTC().Format(time.RFC3339), time.Since(start).Round(time.Millisecond))
+	if err != nil {
+		return err
+	}
+	return pf.push(ctx, pruneMetrics(deleted, tombstones, time.Now()))
 }
 
 // pruneMetrics is the result of a ledger-prune run, for the Pushgateway.
-func pruneMetrics(deleted int64, finished time.Time) *prometheus.Registry {
+func pruneMetrics(deleted, tombstones int64, finished time.Time) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	rows := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "projector_ledger_prune_deleted_rows", Help: "Ledger rows the last ledger-prune run deleted."})
+	graves := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "projector_ledger_prune_deleted_tombstones", Help: "Graph tombstones of withdrawn documents the last ledger-prune run deleted."})
 	last := prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "projector_ledger_prune_last_run_timestamp_seconds", Help: "Unix time at which the last ledger-prune run finished."})
-	reg.MustRegister(rows, last)
+	reg.MustRegister(rows, graves, last)
 	rows.Set(float64(deleted))
+	graves.Set(float64(tombstones))
 	last.Set(float64(finished.UnixNano()) / 1e9)
 	return reg
 }

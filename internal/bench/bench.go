@@ -262,7 +262,8 @@ func (b *bench) cleanup(ns namespace, st *Stores) {
 	// CALL ... IN TRANSACTIONS needs an auto-commit transaction.
 	if res, err := sess.Run(ctx, `
 MATCH (n) WHERE (n:Document AND n.key STARTS WITH $p) OR (n:Chunk AND n.document_key STARTS WITH $p)
-CALL { WITH n DETACH DELETE n } IN TRANSACTIONS OF 10000 ROWS`, map[string]any{"p": ns.prefix}); err == nil {
+	OR (n:WithdrawnDocument AND n.key STARTS WITH $p) OR (n:PartitionWriter AND n.topic = $t)
+CALL { WITH n DETACH DELETE n } IN TRANSACTIONS OF 10000 ROWS`, map[string]any{"p": ns.prefix, "t": ns.topic}); err == nil {
 		_, _ = res.Consume(ctx)
 	}
 	_ = sess.Close(ctx)

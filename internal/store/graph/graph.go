@@ -173,6 +173,8 @@ func (s *Store) Migrate(ctx context.Context) error {
 		`CREATE CONSTRAINT chunk_id IF NOT EXISTS FOR (c:Chunk) REQUIRE c.id IS UNIQUE`,
 		`CREATE INDEX chunk_document_key IF NOT EXISTS FOR (c:Chunk) ON (c.document_key)`,
 		`CREATE CONSTRAINT partition_writer_id IF NOT EXISTS FOR (w:PartitionWriter) REQUIRE w.id IS UNIQUE`,
+		`CREATE CONSTRAINT withdrawn_document_key IF NOT EXISTS FOR (t:WithdrawnDocument) REQUIRE t.key IS UNIQUE`,
+		`CREATE INDEX withdrawn_document_at IF NOT EXISTS FOR (t:WithdrawnDocument) ON (t.withdrawn_at)`,
 	} {
 		if _, err := neo4j.ExecuteQuery(ctx, s.driver, stmt, nil, neo4j.EagerResultTransformer, s.queryConfig()); err != nil {
 			return classify(ctx, fmt.Errorf("create graph schema: %w", err))
@@ -205,23 +207,34 @@ func (s *Store) session(ctx context.Context, mode neo4j.AccessMode) neo4j.Sessio
 // reads the stored version: under Neo4j's read-committed isolation a read
 // before the lock could see a version that a transaction holding the node
 // is about to raise, and the write after it would set the node back.
+//
+// A withdrawn document's tombstone (see deleteDocuments) is read again once
+// the lock is held: a withdrawal that deleted the node meanwhile leaves a
+// node this MERGE created, which is deleted again when the write is
+// refused. Only a higher version than the tombstone's revives a document,
+// and the revival removes the tombstone.
 const mergeDocuments = `
 UNWIND $docs AS d
 MERGE (doc:Document {key: d.key})
 SET doc._lock = true
 REMOVE doc._lock
 WITH doc, d, doc.version AS stored
-WHERE stored IS NULL OR stored < d.version OR (stored = d.version
-	AND NOT coalesce(doc.source_topic = d.topic AND doc.source_partition = d.partition AND d.offset < doc.source_offset, false))
+OPTIONAL MATCH (t:WithdrawnDocument {key: d.key})
+WITH doc, d, stored, t, (t IS NULL OR t.version < d.version) AND (stored IS NULL OR stored < d.version OR (stored = d.version
+	AND NOT coalesce(doc.source_topic = d.topic AND doc.source_partition = d.partition AND (doc.source_topic_id IS NULL OR d.topic_id IS NULL OR doc.source_topic_id = d.topic_id) AND d.offset < doc.source_offset, false))) AS take
+FOREACH (x IN CASE WHEN NOT take AND stored IS NULL THEN [doc] ELSE [] END | DELETE x)
+WITH doc, d, stored, t, take WHERE take
 SET doc.version = d.version, doc.title = d.title, doc.source = d.source,
 	doc.metadata = d.metadata, doc.content_hash = d.content_hash,
-	doc.source_topic = d.topic, doc.source_partition = d.partition, doc.source_offset = d.offset
+	doc.source_topic = d.topic, doc.source_topic_id = d.topic_id, doc.source_partition = d.partition, doc.source_offset = d.offset
+FOREACH (x IN CASE WHEN t IS NULL THEN [] ELSE [t] END | DELETE x)
 RETURN d.key AS key, stored IS NULL OR stored < d.version AS fresh`
 
 // holdsEvent is true where the Document node doc holds the event of the
 // written row d: its version at its log position (null when unknown).
 const holdsEvent = `doc.version = d.version AND coalesce(doc.source_topic, '') = coalesce(d.topic, '')
-	AND coalesce(doc.source_partition, -1) = coalesce(d.partition, -1) AND coalesce(doc.source_offset, -1) = coalesce(d.offset, -1)`
+	AND coalesce(doc.source_partition, -1) = coalesce(d.partition, -1) AND coalesce(doc.source_offset, -1) = coalesce(d.offset, -1)
+	AND (doc.source_topic_id IS NULL OR d.topic_id IS NULL OR doc.source_topic_id = d.topic_id)`
 
 // createChunks creates the chunks of fresh documents, each under its
 // Document node; mergeChunks merges the chunks of the others. Both take
@@ -266,16 +279,43 @@ WHERE ch.version < d.version OR (ch.version = d.version AND (NOT d.live OR (held
 DETACH DELETE ch`
 
 // deleteDocuments removes withdrawn documents whose node is not of a newer
-// version than the withdrawal. Like mergeDocuments, it reads the version
+// event than the withdrawal (a newer version, or a later event of the same
+// log at the same version). Like mergeDocuments, it reads the version
 // only once it holds the node's lock, so a transaction raising the
 // version meanwhile is waited for rather than undone.
+//
+// A withdrawal at a log position (an event's, not a reconcile clean-up's)
+// leaves a tombstone, (:WithdrawnDocument {key}) with the version and
+// position withdrawn, no chunk and no relationship, where a later write of
+// the document must see it: a live write of that version or an older one,
+// arriving late, is refused by mergeDocuments instead of creating the
+// document again. A tombstone moves only to a newer withdrawal (so a
+// withdrawal read again changes nothing, withdrawn_at included), and
+// projector ledger-prune removes those older than its retention.
 const deleteDocuments = `
 UNWIND $docs AS d
-MATCH (doc:Document {key: d.key})
-SET doc._lock = true
-REMOVE doc._lock
-WITH doc, d WHERE doc.version <= d.version
-DETACH DELETE doc`
+OPTIONAL MATCH (doc:Document {key: d.key})
+FOREACH (x IN CASE WHEN doc IS NULL THEN [] ELSE [doc] END | SET x._lock = true REMOVE x._lock)
+WITH d, doc WHERE doc IS NULL OR doc.version < d.version OR (doc.version = d.version
+	AND NOT coalesce(doc.source_topic = d.topic AND doc.source_partition = d.partition AND (doc.source_topic_id IS NULL OR d.topic_id IS NULL OR doc.source_topic_id = d.topic_id) AND d.offset < doc.source_offset, false))
+FOREACH (x IN CASE WHEN doc IS NULL THEN [] ELSE [doc] END | DETACH DELETE x)
+WITH d WHERE d.topic IS NOT NULL
+MERGE (t:WithdrawnDocument {key: d.key})
+SET t._lock = true
+REMOVE t._lock
+WITH t, d WHERE t.version IS NULL OR t.version < d.version OR (t.version = d.version
+	AND coalesce(NOT (t.source_topic = d.topic AND t.source_partition = d.partition
+		AND (t.source_topic_id IS NULL OR d.topic_id IS NULL OR t.source_topic_id = d.topic_id)) OR d.offset > t.source_offset, true))
+SET t.version = d.version, t.source_topic = d.topic, t.source_topic_id = d.topic_id, t.source_partition = d.partition, t.source_offset = d.offset,
+	t.withdrawn_at = datetime()`
+
+// pruneTombstones removes up to $limit tombstones withdrawn before
+// $cutoff, and returns how many it removed.
+const pruneTombstones = `
+MATCH (t:WithdrawnDocument) WHERE t.withdrawn_at < $cutoff
+WITH t LIMIT $limit
+DELETE t
+RETURN count(*) AS removed`
 
 // checkFence is the first statement of a fenced write: it keeps, on one
 // (:PartitionWriter {id}) node per partition, the newest writer's token
@@ -343,11 +383,10 @@ func (s *Store) batchOf(w *project.Write) (*batch, error) {
 		if err != nil {
 			return nil, &project.StoreError{Store: project.StoreGraph, Kind: project.Rejected, Err: fmt.Errorf("document %q metadata: %w", d.Key, err)}
 		}
-		topic, partition, offset := position(d.Position)
-		b.docs = append(b.docs, map[string]any{
+		b.docs = append(b.docs, withPosition(map[string]any{
 			"key": d.Key, "version": d.Version, "title": d.Title, "source": d.Source,
-			"metadata": md, "content_hash": d.ContentHash, "topic": topic, "partition": partition, "offset": offset,
-		})
+			"metadata": md, "content_hash": d.ContentHash,
+		}, d.Position))
 		ids := make([]string, len(d.Chunks))
 		chunks := make([]map[string]any, len(d.Chunks))
 		for i, c := range d.Chunks {
@@ -361,13 +400,11 @@ func (s *Store) batchOf(w *project.Write) (*batch, error) {
 				chunks[i]["text"] = c.Text
 			}
 		}
-		b.chunks = append(b.chunks, map[string]any{"key": d.Key, "version": d.Version, "chunks": chunks,
-			"topic": topic, "partition": partition, "offset": offset})
-		b.keep = append(b.keep, map[string]any{"key": d.Key, "version": d.Version, "live": true, "ids": ids,
-			"topic": topic, "partition": partition, "offset": offset})
+		b.chunks = append(b.chunks, withPosition(map[string]any{"key": d.Key, "version": d.Version, "chunks": chunks}, d.Position))
+		b.keep = append(b.keep, withPosition(map[string]any{"key": d.Key, "version": d.Version, "live": true, "ids": ids}, d.Position))
 	}
 	for i, d := range w.Withdrawn {
-		b.withdrawn[i] = map[string]any{"key": d.Key, "version": d.Version}
+		b.withdrawn[i] = withPosition(map[string]any{"key": d.Key, "version": d.Version}, d.Position)
 		b.keep = append(b.keep, map[string]any{"key": d.Key, "version": d.Version, "live": false, "ids": []string{}})
 	}
 	return b, nil
@@ -521,13 +558,44 @@ RETURN k, c.id AS id`, map[string]any{"keys": keys}, neo4j.EagerResultTransforme
 	return out, nil
 }
 
-// position is a log position as the statements' parameters: nulls when
-// unknown (no topic), which no property holds.
-func position(p project.Position) (topic, partition, offset any) {
+// withPosition adds a log position to a row of parameters: topic,
+// topic_id, partition and offset, nulls when unknown (no topic; no topic id
+// from a broker before Kafka 3.1), which no property holds. Two positions
+// are of the same log when their topics and partitions are, and their
+// topic ids too where both are known: a topic deleted and created again
+// restarts its offsets.
+func withPosition(row map[string]any, p project.Position) map[string]any {
 	if p.Topic == "" {
-		return nil, nil, nil
+		row["topic"], row["topic_id"], row["partition"], row["offset"] = nil, nil, nil, nil
+		return row
 	}
-	return p.Topic, int64(p.Partition), p.Offset
+	row["topic"], row["partition"], row["offset"] = p.Topic, int64(p.Partition), p.Offset
+	row["topic_id"] = nil
+	if p.TopicID != (project.TopicID{}) {
+		row["topic_id"] = uuid.UUID(p.TopicID).String()
+	}
+	return row
+}
+
+// PruneTombstones removes the tombstones of documents withdrawn before
+// cutoff, in transactions of at most batch, and returns how many it
+// removed. A late write of a version they withdrew could create its
+// document again after that, so the retention must outlast any write that
+// can still be on its way (docs/operations.md, "Ledger retention").
+func (s *Store) PruneTombstones(ctx context.Context, cutoff time.Time, batch int) (int64, error) {
+	var total int64
+	for {
+		res, err := neo4j.ExecuteQuery(ctx, s.driver, pruneTombstones, map[string]any{"cutoff": cutoff.UTC(), "limit": int64(batch)},
+			neo4j.EagerResultTransformer, s.queryConfig())
+		if err != nil {
+			return total, classify(ctx, fmt.Errorf("prune tombstones: %w", err))
+		}
+		removed, _, _ := neo4j.GetRecordValue[int64](res.Records[0], "removed")
+		total += removed
+		if removed < int64(batch) {
+			return total, nil
+		}
+	}
 }
 
 // jsonOrNil encodes metadata as a JSON string property; Neo4j properties

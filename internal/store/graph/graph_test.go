@@ -38,7 +38,7 @@ func openTestWith(t *testing.T, mode ChunkWrites, text bool) (*Store, string) {
 	prefix := fmt.Sprintf("graph-test-%d-", time.Now().UnixNano())
 	t.Cleanup(func() {
 		_, _ = neo4j.ExecuteQuery(ctx, s.driver, `MATCH (n) WHERE (n:Document AND n.key STARTS WITH $p) OR (n:Chunk AND n.document_key STARTS WITH $p)
-	OR (n:PartitionWriter AND n.topic STARTS WITH $p) DETACH DELETE n`,
+	OR (n:PartitionWriter AND n.topic STARTS WITH $p) OR (n:WithdrawnDocument AND n.key STARTS WITH $p) DETACH DELETE n`,
 			map[string]any{"p": prefix}, neo4j.EagerResultTransformer)
 		_ = s.Close(ctx)
 	})
@@ -220,5 +220,109 @@ func TestFenceRefusesAnOlderWriter(t *testing.T) {
 	elsewhere := project.Fence{Topic: topic, Partition: 1, Token: 1}
 	if err := s.Apply(ctx, &project.Write{Live: []project.Document{storetest.Doc(prefix+"c", 1, "x")}, Fence: elsewhere}); err != nil {
 		t.Errorf("Apply under token 1 of another partition: %v", err)
+	}
+}
+
+// TestTombstoneRefusesALateWrite: a withdrawal at a log position leaves a
+// tombstone, no Document node and no chunk; a late live write of the
+// withdrawn version (a repair that read the document before it was
+// withdrawn, say) is refused and leaves nothing, not even an empty node;
+// the withdrawal read again changes nothing; a higher version revives the
+// document and retires the tombstone.
+func TestTombstoneRefusesALateWrite(t *testing.T) {
+	s, prefix := openTest(t)
+	ctx := context.Background()
+	key := prefix + "t"
+	at := func(offset int64) project.Position {
+		return project.Position{Topic: prefix + "documents", Offset: offset}
+	}
+	live := storetest.Doc(key, 1, "x", "y")
+	live.Position = at(1)
+	withdrawal := project.Withdrawal{Key: key, Version: 1, Position: at(2)}
+	for _, w := range []*project.Write{{Live: []project.Document{live}}, {Withdrawn: []project.Withdrawal{withdrawal}}} {
+		if err := s.Apply(ctx, w); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tombstone := func() (version int64, withdrawnAt time.Time, ok bool) {
+		res, err := neo4j.ExecuteQuery(ctx, s.driver, `MATCH (t:WithdrawnDocument {key: $k}) RETURN t.version AS v, t.withdrawn_at AS at`,
+			map[string]any{"k": key}, neo4j.EagerResultTransformer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Records) == 0 {
+			return 0, time.Time{}, false
+		}
+		v, _, _ := neo4j.GetRecordValue[int64](res.Records[0], "v")
+		w, _, _ := neo4j.GetRecordValue[time.Time](res.Records[0], "at")
+		return v, w, true
+	}
+	documents := func() int64 {
+		res, err := neo4j.ExecuteQuery(ctx, s.driver, `MATCH (d:Document {key: $k}) RETURN count(d) AS n`, map[string]any{"k": key}, neo4j.EagerResultTransformer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _, _ := neo4j.GetRecordValue[int64](res.Records[0], "n")
+		return n
+	}
+	v, first, ok := tombstone()
+	if !ok || v != 1 || documents() != 0 {
+		t.Fatalf("after the withdrawal: tombstone %v at version %d, %d Document nodes; want a tombstone at 1 and none", ok, v, documents())
+	}
+	if err := s.Apply(ctx, &project.Write{Live: []project.Document{live}}); err != nil {
+		t.Fatal(err)
+	}
+	if ids, _ := s.ChunkIDs(ctx, []string{key}); len(ids[key]) != 0 || documents() != 0 {
+		t.Errorf("after a late write of the withdrawn version: %d chunks and %d Document nodes, want none", len(ids[key]), documents())
+	}
+	if err := s.Apply(ctx, &project.Write{Withdrawn: []project.Withdrawal{withdrawal}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, again, _ := tombstone(); !again.Equal(first) {
+		t.Errorf("the withdrawal read again moved its tombstone from %s to %s", first, again)
+	}
+	revival := storetest.Doc(key, 2, "z")
+	revival.Position = at(3)
+	if err := s.Apply(ctx, &project.Write{Live: []project.Document{revival}}); err != nil {
+		t.Fatal(err)
+	}
+	if ids, _ := s.ChunkIDs(ctx, []string{key}); len(ids[key]) != 1 || documents() != 1 {
+		t.Errorf("after the revival: %d chunks and %d Document nodes, want 1 and 1", len(ids[key]), documents())
+	}
+	if _, _, ok := tombstone(); ok {
+		t.Error("the revival kept the tombstone")
+	}
+}
+
+// TestPruneTombstones removes the tombstones withdrawn before the cutoff
+// and keeps the others.
+func TestPruneTombstones(t *testing.T) {
+	s, prefix := openTest(t)
+	ctx := context.Background()
+	var withdrawn []project.Withdrawal
+	for i := range 3 {
+		withdrawn = append(withdrawn, project.Withdrawal{Key: fmt.Sprintf("%sp%d", prefix, i), Version: 1,
+			Position: project.Position{Topic: prefix + "documents", Offset: int64(i)}})
+	}
+	if err := s.Apply(ctx, &project.Write{Withdrawn: withdrawn}); err != nil {
+		t.Fatal(err)
+	}
+	// Two of them are made old: withdrawn a year ago.
+	if _, err := neo4j.ExecuteQuery(ctx, s.driver, `MATCH (t:WithdrawnDocument) WHERE t.key IN $k SET t.withdrawn_at = datetime() - duration('P365D')`,
+		map[string]any{"k": []string{withdrawn[0].Key, withdrawn[1].Key}}, neo4j.EagerResultTransformer); err != nil {
+		t.Fatal(err)
+	}
+	removed, err := s.PruneTombstones(ctx, time.Now().Add(-24*time.Hour), 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := neo4j.ExecuteQuery(ctx, s.driver, `MATCH (t:WithdrawnDocument) WHERE t.key STARTS WITH $p RETURN collect(t.key) AS k`,
+		map[string]any{"p": prefix}, neo4j.EagerResultTransformer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left, _, _ := neo4j.GetRecordValue[[]any](res.Records[0], "k")
+	if removed < 2 || len(left) != 1 || left[0] != withdrawn[2].Key {
+		t.Errorf("PruneTombstones removed %d, left %v; want the two old ones removed and %s left", removed, left, withdrawn[2].Key)
 	}
 }
