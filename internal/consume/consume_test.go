@@ -312,12 +312,17 @@ func TestStalledPollLoop(t *testing.T) {
 	var releaseOnce sync.Once
 	unhold := func() { releaseOnce.Do(func() { close(release) }) }
 	defer unhold()
+	holding := make(chan struct{})
+	var holdingOnce sync.Once
 	kc.ControlKey(int16(kmsg.Fetch), func(kmsg.Request) (kmsg.Response, error, bool) {
 		kc.KeepControl()
+		holdingOnce.Do(func() { close(holding) })
 		kc.SleepControl(func() { <-release })
 		return nil, nil, false
 	})
-	time.Sleep(300 * time.Millisecond) // the fetch in flight ends; the next one is held
+	// Once a fetch is held, the one before it has been answered: the
+	// records produced now can only come in a held fetch.
+	<-holding
 	produce(2)
 	waitFor(t, "Stalled to report the wedged poll loop", func() bool {
 		err := cons.Stalled()
