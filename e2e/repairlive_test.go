@@ -3,7 +3,9 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -14,10 +16,12 @@ import (
 
 // TestRepairWhileRunning runs `reconcile --repair --delete-orphans` while
 // `run` projects new versions of the documents it repairs. The repair reads
-// the relational copy (version 1), then pauses at a fault point while run
-// projects version 2; when the repair writes on, no store may end older
-// than the log. Before the repair lease and the stores' version guards,
-// the repair wrote version 1 back over version 2 behind committed offsets.
+// the relational copy (version 1), then is held at a fault point until run
+// has written version 2 to the index and the graph and waits for the
+// repair lease before its relational write; when the repair writes on, no
+// store may end older than the log. Before the repair lease and the
+// stores' version guards, the repair wrote version 1 back over version 2
+// behind committed offsets.
 func TestRepairWhileRunning(t *testing.T) {
 	w := newWorld(t, 2)
 	m := newModel()
@@ -50,7 +54,8 @@ func TestRepairWhileRunning(t *testing.T) {
 	}
 
 	repair := exec.Command(bin, append(w.reconcileArgs(), "--repair", "--delete-orphans")...)
-	repair.Env = append(repair.Environ(), "PROJECTOR_FAULTS=before-repair-write=pause:3s")
+	release := filepath.Join(t.TempDir(), "release")
+	repair.Env = append(repair.Environ(), "PROJECTOR_FAULTS=before-repair-write=await:"+release)
 	out := &syncBuffer{}
 	repair.Stdout, repair.Stderr = out, out
 	if err := repair.Start(); err != nil {
@@ -58,10 +63,16 @@ func TestRepairWhileRunning(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- repair.Wait() }()
-	waitFor(t, time.Minute, "the repair to pause before its write", func() bool {
-		return strings.Contains(out.String(), "fault: pausing at before-repair-write")
+	waitFor(t, time.Minute, "the repair to hold before its write", func() bool {
+		return strings.Contains(out.String(), "fault: holding at before-repair-write")
 	})
 	w.produce(v2...)
+	waitFor(t, time.Minute, "run to wait for the repair lease", func() bool {
+		return strings.Contains(p.log.String(), "a repair holds the repair lease")
+	})
+	if err := os.WriteFile(release, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
 	if err := <-done; err != nil {
 		t.Fatalf("reconcile --repair: %v\n%s", err, out.String())
 	}

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -115,11 +116,11 @@ func reconcileCommand(ctx context.Context, args []string, e env) error {
 	}
 	defer st.close(context.WithoutCancel(ctx))
 	if f.repair || f.deleteOrphans {
-		release, err := f.takeRepairLease(ctx, log, st)
+		lease, err := f.takeRepairLease(ctx, log, st)
 		if err != nil {
 			return err
 		}
-		defer release()
+		defer lease.Release(ctx)
 	}
 	faults, err := fault.FromEnv(e.getenv)
 	if err != nil {
@@ -178,12 +179,16 @@ func reconcileCommand(ctx context.Context, args []string, e env) error {
 	return nil
 }
 
+// repairLeaseTTL is how long the repair lease outlives the last renewal
+// of a repair that died: run's writes wait that long at most.
+const repairLeaseTTL = 30 * time.Second
+
 // takeRepairLease waits for the repair lease (docs/operations.md), which
 // projector run respects: while a repair holds it, run's relational writes
 // wait, so the relational copy the repair reads stays current, and the
 // stores' version guards keep the repair's writes from taking a document
 // back. It says how many live members of --group will wait.
-func (f *reconcileFlags) takeRepairLease(ctx context.Context, log *zap.Logger, st *stores) (release func(), err error) {
+func (f *reconcileFlags) takeRepairLease(ctx context.Context, log *zap.Logger, st *stores) (*postgres.Lease, error) {
 	if adm, err := newAdmin(&f.kafka, log, "projector-reconcile"); err == nil {
 		// Only for the log line: a Kafka that does not answer soon does
 		// not hold the repair up.
@@ -196,7 +201,11 @@ func (f *reconcileFlags) takeRepairLease(ctx context.Context, log *zap.Logger, s
 		adm.Close()
 	}
 	log.Info("taking the repair lease")
-	return st.relational.HoldRepairLease(ctx)
+	host, _ := os.Hostname()
+	holder := fmt.Sprintf("reconcile on %s, pid %d", host, os.Getpid())
+	return st.relational.TakeRepairLease(ctx, holder, repairLeaseTTL, func(other string) {
+		log.Info("another repair holds the repair lease; waiting for it", zap.String("holder", other))
+	})
 }
 
 // report writes discrepancies as they come and the summary at the end.

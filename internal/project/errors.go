@@ -135,3 +135,14 @@ func (e *FencedError) Error() string {
 	return fmt.Sprintf("%s: partition %s/%d has a newer writer (token %d) than this member (token %d): it was assigned to another member",
 		e.Store, e.Fence.Topic, e.Fence.Partition, e.Newest, e.Fence.Token)
 }
+
+// WaitError is a store's answer that a write must wait, not a failure: the
+// repair lease is held by a repair. The projector writes the batch again
+// every WaitRetry until the store takes it, without reporting the store as
+// failing or counting an error.
+type WaitError struct {
+	Store  string
+	Reason string
+}
+
+func (e *WaitError) Error() string { return e.Store + ": waiting: " + e.Reason }

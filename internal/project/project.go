@@ -261,6 +261,10 @@ func (p *Projector) Handle(ctx context.Context, fence Fence, topicID TopicID, re
 	return nil
 }
 
+// WaitRetry is how often a write a store asked to wait (a *WaitError) is
+// tried again (or every Config.RetryMax, when that is shorter).
+const WaitRetry = time.Second
+
 // DefaultMaxBatchBytes is MaxBatchBytes unless configured: well below the
 // request limits of the stores' servers (Qdrant's gRPC, Neo4j's and
 // PostgreSQL's memory per transaction).
@@ -726,17 +730,31 @@ func recordFields(it *item) []zap.Field {
 // permanent error. It logs one line when a component starts failing and one when it
 // recovers, and reports the outage on the health status in between.
 func (p *Projector) retry(ctx context.Context, component string, op func(context.Context) error) error {
-	var failingSince time.Time
+	var failingSince, waitingSince time.Time
 	for attempt := 0; ; attempt++ {
 		err := op(ctx)
 		if err == nil {
 			if !failingSince.IsZero() && p.d.Health.Recover(component) {
 				p.log.Info("recovered", zap.String("component", component), zap.Int("attempts", attempt+1), zap.Duration("outage", time.Since(failingSince)))
 			}
+			if !waitingSince.IsZero() {
+				p.log.Info("no longer waiting", zap.String("component", component), zap.Duration("waited", time.Since(waitingSince)))
+			}
 			return nil
 		}
 		if ctx.Err() != nil {
 			return err
+		}
+		if wait, ok := errors.AsType[*WaitError](err); ok {
+			// Not a failure: the store is asked to wait (a repair runs).
+			if waitingSince.IsZero() {
+				waitingSince = time.Now()
+				p.log.Info("waiting", zap.String("component", component), zap.String("reason", wait.Reason))
+			}
+			if retry.Sleep(ctx, min(WaitRetry, p.cfg.RetryMax)) != nil {
+				return err
+			}
+			continue
 		}
 		if _, ok := errors.AsType[*FencedError](err); ok {
 			// Another writer holds the partition: no retry can help.

@@ -622,3 +622,34 @@ func TestStaleTokenStopsBeforeTheIndex(t *testing.T) {
 		t.Errorf("writes: index %d, graph %d, relational %d; want none", f.index.writes, f.graph.writes, f.rel.writes)
 	}
 }
+
+// TestWaitIsNotAFailure: a store that asks a write to wait (a repair holds
+// the repair lease) has it written again until it takes it, without being
+// reported as failing: no store error counted, readiness kept.
+func TestWaitIsNotAFailure(t *testing.T) {
+	f := newFixture(t, Config{})
+	waits := 2
+	var problems []string
+	f.rel.fail = func(*Write) error {
+		problems = append(problems, f.health.Problems()...)
+		if waits > 0 {
+			waits--
+			return &WaitError{Store: StoreRelational, Reason: "a repair holds the repair lease"}
+		}
+		return nil
+	}
+	if err := f.p.Handle(context.Background(), Fence{}, TopicID{}, []*kgo.Record{rec(0, "a", upsert("a", 1))}); err != nil {
+		t.Fatalf("Handle: %v", err)
+	}
+	if len(f.rel.chunks["a"]) != 2 {
+		t.Errorf("relational chunks of a = %d after the wait, want 2", len(f.rel.chunks["a"]))
+	}
+	if len(problems) != 0 {
+		t.Errorf("health problems while waiting = %v, want none", problems)
+	}
+	for _, k := range []ErrorKind{Transient, Rejected, Fatal, Limit} {
+		if got := testutil.ToFloat64(f.p.m.storeErrors.WithLabelValues(StoreRelational, k.String())); got != 0 {
+			t.Errorf("relational %s errors = %v, want 0", k, got)
+		}
+	}
+}

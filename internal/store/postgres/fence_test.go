@@ -82,7 +82,7 @@ func TestAssignmentWaitsForTheWritesInFlight(t *testing.T) {
 		}
 		acquired <- f
 	}()
-	waitForLockWait(t, s)
+	waitForStatementWait(t, s, "INSERT INTO partition_writers")
 	select {
 	case f := <-acquired:
 		t.Fatalf("the partition was assigned again (token %d) while a write of token %d was in flight", f.Token, old.Token)
@@ -104,14 +104,15 @@ VALUES ('in-flight', 1, 'live', 'h', '', '', 0, '')`); err != nil {
 	}
 }
 
-// waitForLockWait waits until a session of s waits on a lock: the
-// assignment blocked behind the transaction holding the partition's row.
-func waitForLockWait(t *testing.T, s *Store) {
+// waitForStatementWait waits until a session of s running a statement
+// that contains text waits on a lock: blocked behind the transaction the
+// test holds open.
+func waitForStatementWait(t *testing.T, s *Store, text string) {
 	t.Helper()
 	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(10 * time.Millisecond) {
 		var waiting int
 		err := s.pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
-WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO partition_writers%'`).Scan(&waiting)
+WHERE wait_event_type = 'Lock' AND strpos(query, $1) > 0`, text).Scan(&waiting)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -119,7 +120,7 @@ WHERE wait_event_type = 'Lock' AND query LIKE '%INSERT INTO partition_writers%'`
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatal("never saw the assignment wait for the write in flight")
+			t.Fatalf("never saw a statement with %q wait on a lock", text)
 		}
 	}
 }

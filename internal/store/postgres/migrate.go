@@ -98,6 +98,18 @@ CREATE TABLE partition_writers (
 	PRIMARY KEY (source_topic, source_partition)
 );
 `,
+	// 5: the repair lease (lease.go), a row instead of a session's advisory
+	// lock, so that a dropped connection or a transaction-mode pooler
+	// cannot end it unnoticed.
+	`
+CREATE TABLE repair_lease (
+	id         boolean PRIMARY KEY DEFAULT true CHECK (id),
+	token      bigint NOT NULL DEFAULT 0,
+	holder     text NOT NULL DEFAULT '',
+	expires_at timestamptz
+);
+INSERT INTO repair_lease DEFAULT VALUES;
+`,
 }
 
 // migrationLock is the advisory lock key that serialises migrations when

@@ -31,9 +31,9 @@ import (
 type Store struct {
 	pool   *pgxpool.Pool
 	schema string
-	// leased is set while this Store holds the repair lease: its own
-	// writes then do not wait for it.
-	leased atomic.Bool
+	// lease is set while this Store holds the repair lease: its writes
+	// then check that it still does, instead of waiting for it.
+	lease atomic.Pointer[Lease]
 }
 
 var _ project.Relational = (*Store)(nil)
@@ -242,45 +242,12 @@ SELECT * FROM unnest($1::text[], $2::text[], $3::bigint[], $4::text[], $5::text[
 ON CONFLICT (idempotency_key) DO UPDATE SET content_hash = excluded.content_hash, chunk_count = excluded.chunk_count
 WHERE l.content_hash IS DISTINCT FROM excluded.content_hash`
 
-// The repair lease is an advisory lock on the schema's name: reconcile's
-// repairs hold it exclusively for their whole run, and every write of the
-// projection takes it shared in its transaction, so the projection's
-// relational writes wait while a repair runs, and a repair starts once the
-// writes in flight are committed. While it is held, the relational copy a
-// repair reads does not change under it. Advisory locks are per database,
-// so the schema's name tells the projections of one database apart.
-const (
-	leaseClass         = 0x72657061 // "repa"
-	takeLeaseShared    = `SELECT pg_advisory_xact_lock_shared($1::int, hashtext($2))`
-	takeLeaseExclusive = `SELECT pg_advisory_lock($1::int, hashtext($2))`
-)
-
-// HoldRepairLease waits for the repair lease, then holds it on a connection
-// of its own until release is called (or the process ends, which closes the
-// connection). Writes through s do not wait for the lease meanwhile.
-func (s *Store) HoldRepairLease(ctx context.Context) (release func(), err error) {
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return nil, classify(fmt.Errorf("take the repair lease: %w", err))
-	}
-	if _, err := conn.Exec(ctx, takeLeaseExclusive, leaseClass, s.schema); err != nil {
-		conn.Release()
-		return nil, classify(fmt.Errorf("take the repair lease: %w", err))
-	}
-	s.leased.Store(true)
-	return func() {
-		s.leased.Store(false)
-		// Closing the connection ends its session, which releases the lock
-		// whatever state the connection is in.
-		_ = conn.Hijack().Close(context.WithoutCancel(ctx))
-	}, nil
-}
-
 // Apply writes w and the ledger entries in one transaction: the chunk
 // rows by COPY into the staging table, then every statement as one round
 // trip. The transaction first checks w's fence (refusing with a
-// *project.FencedError when the partition has a newer writer), then waits
-// for the repair lease (shared).
+// *project.FencedError when the partition has a newer writer), then the
+// repair lease (lease.go): run's write waits while a repair holds it (a
+// *project.WaitError), a repair's write must still hold it.
 func (s *Store) Apply(ctx context.Context, w *project.Write, ledger []project.LedgerEntry) error {
 	b := &pgx.Batch{}
 	docs, chunks, err := columnsOf(w)
@@ -291,9 +258,7 @@ func (s *Store) Apply(ctx context.Context, w *project.Write, ledger []project.Le
 	if fenced {
 		b.Queue(readFence, w.Fence.Topic, w.Fence.Partition)
 	}
-	if !s.leased.Load() {
-		b.Queue(takeLeaseShared, leaseClass, s.schema)
-	}
+	b.Queue(readLease)
 	if len(docs.keys) > 0 {
 		b.Queue(upsertDocuments, docs.keys, docs.versions, docs.statuses, docs.hashes, docs.titles, docs.sources, docs.metadata, docs.counts, docs.correlations,
 			docs.topics, docs.topicIDs, docs.partitions, docs.offsets)
@@ -328,6 +293,10 @@ func (s *Store) Apply(ctx context.Context, w *project.Write, ledger []project.Le
 				_ = results.Close()
 				return err
 			}
+		}
+		if err := s.checkLease(results.QueryRow()); err != nil {
+			_ = results.Close()
+			return err
 		}
 		return results.Close()
 	})
@@ -393,6 +362,12 @@ func classify(err error) error {
 	}
 	if _, ok := errors.AsType[*project.FencedError](err); ok {
 		return err // not a failure of the store: its answer
+	}
+	if _, ok := errors.AsType[*project.WaitError](err); ok {
+		return err
+	}
+	if se, ok := errors.AsType[*project.StoreError](err); ok {
+		return se // classified where it was made (a lost repair lease)
 	}
 	kind, limit := project.Transient, ""
 	var pgErr *pgconn.PgError
