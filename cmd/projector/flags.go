@@ -42,10 +42,30 @@ func newFlagSet(name, synopsis string, e env) *flag.FlagSet {
 // flags name (see secretFile). A flag or variable that does not parse is a
 // usage error; a secret file that cannot be read is not.
 func parse(fs *flag.FlagSet, args []string, e env) error {
+	if err := parseWithArgs(fs, args, e); err != nil {
+		return err
+	}
+	if fs.NArg() > 0 {
+		return usageError(unexpectedArgument(fs))
+	}
+	return nil
+}
+
+// parseWithArgs is parse for the commands that take positional arguments
+// (resume); they check what the arguments are themselves.
+func parseWithArgs(fs *flag.FlagSet, args []string, e env) error {
 	if err := config.Parse(fs, args, e.getenv); err != nil {
 		return usageError(err)
 	}
 	return resolveSecrets(fs, e.getenv)
+}
+
+// unexpectedArgument says why an argument a command takes none of is
+// refused, before the command touches anything: Go's flag parsing stops at
+// the first argument, so every flag after it would be ignored without a
+// word (replay --to earliest 0 --partitions 0 would reset every partition).
+func unexpectedArgument(fs *flag.FlagSet) error {
+	return fmt.Errorf("unexpected argument %q: this command takes flags only, and a flag after an argument is not read (projector %s -h)", fs.Arg(0), fs.Name())
 }
 
 // logFlags configure the logger.

@@ -33,7 +33,7 @@ func idsCommand(ctx context.Context, args []string, e env) error {
 		pos = append(pos, fs.Arg(0))
 		rest = fs.Args()[1:]
 	}
-	if err := parse(fs, nil, e); err != nil {
+	if err := parseWithArgs(fs, nil, e); err != nil {
 		return err
 	}
 	if len(pos) != 3 {

@@ -151,3 +151,47 @@ func TestAdminEndpointNeedsTokenBeyondLoopback(t *testing.T) {
 		t.Errorf("run --admin-addr 0.0.0.0:8081 without a token: exit %d, %q; want %d naming --admin-token-file", code, stderr.String(), exitUsage)
 	}
 }
+
+// TestExtraArgumentsAreRefused: a command that takes flags only refuses an
+// argument with exit status 2 and says why, before it touches anything.
+// Flag parsing stops at the first argument, so a flag after it used to be
+// ignored without a word: replay --to earliest 0 --partitions 0 reset
+// every partition, and probe http://x/readyz checked /healthz.
+func TestExtraArgumentsAreRefused(t *testing.T) {
+	for _, args := range [][]string{
+		{"run", "extra"},
+		{"publish", "extra"},
+		{"replay", "--to", "earliest", "0", "--partitions", "0"},
+		{"reconcile", "extra"},
+		{"probe", "http://127.0.0.1:1/readyz"},
+		{"ledger-prune", "extra"},
+		{"bench", "extra"},
+		{"redrive", "extra"},
+		{"partitions", "extra"},
+		{"migrate", "extra"},
+		{"version", "extra"},
+	} {
+		var stdout, stderr bytes.Buffer
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel() // anything that would wait on a server returns at once
+		code := run(ctx, args, strings.NewReader(""), &stdout, &stderr, func(string) string { return "" })
+		if code != 2 || !strings.Contains(stderr.String(), "unexpected argument") {
+			t.Errorf("projector %s = exit %d, stderr %q; want exit 2 naming the unexpected argument", strings.Join(args, " "), code, stderr.String())
+		}
+	}
+}
+
+// TestContradictoryTimeoutsAreRefusedFirst: a revoke timeout at or above
+// the rebalance timeout is a usage error (exit 2), found before the
+// service touches any store or topic; it used to stop the start with
+// status 1 after the migrations had run and the dead-letter topic was made.
+func TestContradictoryTimeoutsAreRefusedFirst(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	code := run(ctx, []string{"run", "--revoke-timeout", "60s", "--rebalance-timeout", "60s"}, strings.NewReader(""), &stdout, &stderr,
+		func(string) string { return "" })
+	if code != 2 || !strings.Contains(stderr.String(), "must be below the rebalance timeout") {
+		t.Errorf("run with --revoke-timeout 60s --rebalance-timeout 60s = exit %d, stderr %q; want exit 2 naming both", code, stderr.String())
+	}
+}

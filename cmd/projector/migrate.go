@@ -24,9 +24,6 @@ func migrateCommand(ctx context.Context, args []string, e env) error {
 	if err := parse(fs, args, e); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return usageError(fmt.Errorf("unexpected argument %q", fs.Arg(0)))
-	}
 	log, err := lf.logger(e)
 	if err != nil {
 		return err

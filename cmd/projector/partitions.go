@@ -63,9 +63,6 @@ func partitionsCommand(ctx context.Context, args []string, e env) error {
 	if err := parse(fs, args, e); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return usageError(fmt.Errorf("unexpected argument %q", fs.Arg(0)))
-	}
 	body, err := a.call(ctx, http.MethodGet, "/partitions")
 	if err != nil {
 		return err
@@ -88,7 +85,7 @@ func resumeCommand(ctx context.Context, args []string, e env) error {
 	var a adminFlags
 	fs := newFlagSet("resume", "resume [--admin-url URL] <topic> <partition>", e)
 	a.register(fs)
-	if err := parse(fs, args, e); err != nil {
+	if err := parseWithArgs(fs, args, e); err != nil {
 		return err
 	}
 	if fs.NArg() != 2 {

@@ -87,8 +87,6 @@ func reconcileCommand(ctx context.Context, args []string, e env) error {
 	cfg := reconcile.Config{Prefix: f.keyPrefix, PageSize: f.pageSize, Repair: f.repair, DeleteOrphans: f.deleteOrphans,
 		ProgressEvery: f.progressEvery, MaxUnknown: f.maxUnknown}
 	switch {
-	case fs.NArg() > 0:
-		return usageError(fmt.Errorf("unexpected argument %q", fs.Arg(0)))
 	case f.pageSize < 1 || f.pageSize > maxPageSize:
 		return usageError(fmt.Errorf("--page-size %d: want 1 to %d", f.pageSize, maxPageSize))
 	case f.maxUnknown < 1:
@@ -339,8 +337,6 @@ func ledgerPruneCommand(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	switch {
-	case fs.NArg() > 0:
-		return usageError(fmt.Errorf("unexpected argument %q", fs.Arg(0)))
 	case retention <= 0:
 		return usageError(errors.New("--retention must be positive"))
 	case batch < 1 || batch > 100000:

@@ -45,9 +45,6 @@ func redriveCommand(ctx context.Context, args []string, e env) error {
 	if err := parse(fs, args, e); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return usageError(fmt.Errorf("unexpected argument %q", fs.Arg(0)))
-	}
 	sel, err := parseSelection(reasons, since, until, fromOff, toOff)
 	if err != nil {
 		return usageError(err)

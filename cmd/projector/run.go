@@ -179,6 +179,9 @@ func runService(ctx context.Context, f *runFlags, log *zap.Logger, getenv func(s
 	if onMismatch != project.FenceDLQ && onMismatch != project.FenceHalt {
 		return usageError(fmt.Errorf("--on-fence-mismatch %q: want dlq or halt", f.onFenceMismatch))
 	}
+	if err := (consume.Config{RebalanceTimeout: f.rebalance, RevokeTimeout: f.revokeTimeout}).Check(); err != nil {
+		return usageError(fmt.Errorf("--revoke-timeout, --rebalance-timeout: %w", err))
+	}
 	if f.adminAddr != "" && !admin.Loopback(f.adminAddr) && f.adminToken.secret == "" {
 		return usageError(fmt.Errorf("--admin-addr %s is reachable from other machines: give a token with --admin-token-file or %s, or listen on 127.0.0.1", f.adminAddr, adminTokenEnv))
 	}

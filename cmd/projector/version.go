@@ -14,9 +14,6 @@ func versionCommand(_ context.Context, args []string, e env) error {
 	if err := parse(fs, args, e); err != nil {
 		return err
 	}
-	if fs.NArg() > 0 {
-		return usageError(fmt.Errorf("unexpected argument %q", fs.Arg(0)))
-	}
 	fmt.Fprintln(e.stdout, buildinfo.Read())
 	return nil
 }

@@ -31,9 +31,27 @@ func Parse(fs *flag.FlagSet, args []string, getenv func(string) string) error {
 		name := EnvName(f.Name)
 		if v := getenv(name); v != "" {
 			if serr := fs.Set(f.Name, v); serr != nil {
-				err = fmt.Errorf("environment variable %s: %w", name, serr)
+				err = fmt.Errorf("environment variable %s=%q (for --%s): %s", name, v, f.Name, problem(f, serr))
 			}
 		}
 	})
 	return err
+}
+
+// problem says what is wrong with a value the flag refused. The flag
+// package reports a number or a boolean it cannot parse as just "parse
+// error", so those say what they want instead.
+func problem(f *flag.Flag, err error) string {
+	kind, _ := flag.UnquoteUsage(f)
+	switch kind {
+	case "int", "uint", "float":
+		return "want a number"
+	case "duration":
+		return "want a duration such as 30s or 5m"
+	case "":
+		if _, ok := f.Value.(interface{ IsBoolFlag() bool }); ok {
+			return "want true or false"
+		}
+	}
+	return err.Error()
 }

@@ -110,6 +110,17 @@ type Config struct {
 	StallTimeout time.Duration
 }
 
+// Check refuses settings under which the consumer cannot keep its
+// promises, so that a caller can refuse them before it starts anything: a
+// revoke timeout at or above the rebalance timeout would let the group give
+// a partition to another member while the old one still writes it.
+func (c Config) Check() error {
+	if c.RevokeTimeout > 0 && c.RebalanceTimeout > 0 && c.RevokeTimeout >= c.RebalanceTimeout {
+		return fmt.Errorf("revoke timeout %s must be below the rebalance timeout %s", c.RevokeTimeout, c.RebalanceTimeout)
+	}
+	return nil
+}
+
 // Consumer is a group member of the document topic.
 type Consumer struct {
 	cfg     Config
@@ -331,8 +342,8 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer, h *health.Statu
 	if cfg.RevokeTimeout <= 0 {
 		cfg.RevokeTimeout = cfg.RebalanceTimeout / 3
 	}
-	if cfg.RevokeTimeout >= cfg.RebalanceTimeout {
-		return nil, fmt.Errorf("revoke timeout %s must be below the rebalance timeout %s", cfg.RevokeTimeout, cfg.RebalanceTimeout)
+	if err := cfg.Check(); err != nil {
+		return nil, err
 	}
 	c := &Consumer{
 		cfg: cfg, log: log, health: h, handler: handler, fences: fences,
