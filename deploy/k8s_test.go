@@ -17,7 +17,8 @@ import (
 type manifest struct {
 	Kind     string `yaml:"kind"`
 	Metadata struct {
-		Name string `yaml:"name"`
+		Name   string            `yaml:"name"`
+		Labels map[string]string `yaml:"labels"`
 	} `yaml:"metadata"`
 	Data       map[string]string `yaml:"data"`       // ConfigMap
 	StringData map[string]string `yaml:"stringData"` // Secret
@@ -35,8 +36,19 @@ type manifest struct {
 		} `yaml:"endpoints"` // ServiceMonitor
 		Schedule          string `yaml:"schedule"`          // CronJob
 		ConcurrencyPolicy string `yaml:"concurrencyPolicy"` // CronJob
+		TimeZone          string `yaml:"timeZone"`          // CronJob
 		JobTemplate       struct {
 			Spec struct {
+				BackoffLimit     int `yaml:"backoffLimit"`
+				PodFailurePolicy struct {
+					Rules []struct {
+						Action      string `yaml:"action"`
+						OnExitCodes struct {
+							Operator string `yaml:"operator"`
+							Values   []int  `yaml:"values"`
+						} `yaml:"onExitCodes"`
+					} `yaml:"rules"`
+				} `yaml:"podFailurePolicy"`
 				Template podTemplate `yaml:"template"`
 			} `yaml:"spec"`
 		} `yaml:"jobTemplate"` // CronJob
@@ -311,7 +323,10 @@ func TestKubernetesCronJobs(t *testing.T) {
 	ms := readManifests(t)
 	for _, tt := range []struct {
 		name, command string
-	}{{"projector-reconcile", "reconcile"}, {"projector-ledger-prune", "ledger-prune"}} {
+		// final are the exit statuses no retry can change: a usage
+		// error, and for reconcile the discrepancies it reports.
+		final []int
+	}{{"projector-reconcile", "reconcile", []int{2, 3}}, {"projector-ledger-prune", "ledger-prune", []int{2}}} {
 		cj, ok := ms["CronJob/"+tt.name]
 		if !ok {
 			t.Errorf("no CronJob %s", tt.name)
@@ -330,9 +345,23 @@ func TestKubernetesCronJobs(t *testing.T) {
 				}
 			}
 		}
-		if cj.Spec.ConcurrencyPolicy != "Forbid" || pod.Spec.RestartPolicy != "Never" || cj.Spec.Schedule == "" {
-			t.Errorf("CronJob %s: schedule %q, concurrencyPolicy %q, restartPolicy %q; want a schedule, Forbid and Never",
-				tt.name, cj.Spec.Schedule, cj.Spec.ConcurrencyPolicy, pod.Spec.RestartPolicy)
+		if cj.Spec.ConcurrencyPolicy != "Forbid" || pod.Spec.RestartPolicy != "Never" || cj.Spec.Schedule == "" || cj.Spec.TimeZone == "" {
+			t.Errorf("CronJob %s: schedule %q in time zone %q, concurrencyPolicy %q, restartPolicy %q; want a schedule in a named time zone, Forbid and Never",
+				tt.name, cj.Spec.Schedule, cj.Spec.TimeZone, cj.Spec.ConcurrencyPolicy, pod.Spec.RestartPolicy)
+		}
+		// A transient failure (a store restarting at night) is retried;
+		// what no retry changes fails the Job at once.
+		job := cj.Spec.JobTemplate.Spec
+		var failsOn []int
+		for _, r := range job.PodFailurePolicy.Rules {
+			if r.Action == "FailJob" && r.OnExitCodes.Operator == "In" {
+				failsOn = append(failsOn, r.OnExitCodes.Values...)
+			}
+		}
+		slices.Sort(failsOn)
+		if job.BackoffLimit < 1 || !slices.Equal(failsOn, tt.final) {
+			t.Errorf("CronJob %s: backoffLimit %d, fails the Job at once on exit statuses %v; want retries, and no retry on %v",
+				tt.name, job.BackoffLimit, failsOn, tt.final)
 		}
 		// Its pods must not count as projector members.
 		if pod.Metadata.Labels["app.kubernetes.io/name"] == ms["StatefulSet"].Spec.Template.Metadata.Labels["app.kubernetes.io/name"] {

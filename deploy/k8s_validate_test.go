@@ -21,6 +21,25 @@ var update = flag.Bool("update", false, "rewrite k8s/prometheusrule.yaml from al
 
 const prometheusRuleFile = "k8s/prometheusrule.yaml"
 
+// operatorLabels are the labels of the Prometheus Operator's objects:
+// kube-prometheus-stack selects ServiceMonitors and PrometheusRules by
+// release, the name of its Helm release, and ignores the others without a
+// word. deploy/k8s/README.md says how to set another release's name.
+var operatorLabels = map[string]string{"app.kubernetes.io/name": "projector", "release": "kube-prometheus-stack"}
+
+// TestOperatorObjectsAreSelected requires the ServiceMonitor and the
+// PrometheusRule to carry the labels kube-prometheus-stack selects by.
+func TestOperatorObjectsAreSelected(t *testing.T) {
+	ms := readManifests(t)
+	for _, kind := range []string{"ServiceMonitor", "PrometheusRule"} {
+		for k, v := range operatorLabels {
+			if got := ms[kind].Metadata.Labels[k]; got != v {
+				t.Errorf("%s label %s = %q, want %q", kind, k, got, v)
+			}
+		}
+	}
+}
+
 // prometheusRule renders alerts.yml as the Prometheus Operator's
 // PrometheusRule, so that the alerts have one source.
 func prometheusRule(t *testing.T) []byte {
@@ -38,7 +57,7 @@ func prometheusRule(t *testing.T) []byte {
 	rule := map[string]any{
 		"apiVersion": "monitoring.coreos.com/v1",
 		"kind":       "PrometheusRule",
-		"metadata":   map[string]any{"name": "projector", "labels": map[string]string{"app.kubernetes.io/name": "projector"}},
+		"metadata":   map[string]any{"name": "projector", "labels": operatorLabels},
 		"spec":       map[string]any{"groups": &alerts.Groups},
 	}
 	var out bytes.Buffer
