@@ -3,10 +3,13 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/projector/projector/internal/store/postgres"
 )
 
 // TestVersion builds the binary as an image build does, with the version
@@ -29,6 +32,9 @@ func TestVersion(t *testing.T) {
 		}
 		if got := string(out); !strings.HasPrefix(got, "projector v9.8.7 (commit 0123abcd, go1.") {
 			t.Errorf("projector %s printed %q, want the linked version and commit and the Go version", args[0], got)
+		}
+		if want := fmt.Sprintf("\nPostgreSQL schema version %d\n", postgres.SchemaVersion()); !strings.HasSuffix(string(out), want) {
+			t.Errorf("projector %s printed %q, want it to end with %q", args[0], out, want)
 		}
 	}
 }
