@@ -252,8 +252,15 @@ func (c *Consumer) Stalled() error {
 	if waited < c.cfg.StallTimeout || time.Since(time.Unix(0, c.lagRead.Load())) > 3*c.cfg.LagInterval {
 		return nil
 	}
-	for _, p := range c.Partitions() {
-		if p.State == "running" && p.Lag > 0 && p.OldestUncommittedSeconds == 0 {
+	c.mu.Lock()
+	workers := make([]*worker, 0, len(c.workers))
+	for _, w := range c.workers {
+		workers = append(workers, w)
+	}
+	c.mu.Unlock()
+	for _, w := range workers {
+		p := w.state()
+		if p.State == "running" && p.Lag > 0 && w.oldestReceived().IsZero() {
 			return fmt.Errorf("the poll loop has waited %s for records while %s/%d lags %d records", waited.Round(time.Second), p.Topic, p.Partition, p.Lag)
 		}
 	}
@@ -624,8 +631,10 @@ func (c *Consumer) pendingAges() map[partitionKey]float64 {
 
 // busy reports whether a batch of any partition is queued or in flight.
 func (c *Consumer) busy() bool {
-	for _, age := range c.pendingAges() {
-		if age > 0 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, w := range c.workers {
+		if !w.oldestReceived().IsZero() {
 			return true
 		}
 	}

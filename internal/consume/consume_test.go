@@ -513,3 +513,58 @@ func TestWorkersWriteUnderTheirFence(t *testing.T) {
 	second.stop()
 	first.stop()
 }
+
+// TestLagKnownFromAssignment: a partition's lag and the age of its backlog
+// are read from the brokers when it is assigned, not left unknown until
+// its first records arrive; so a client that never gets them (every fetch
+// held here) shows a growing backlog age and Stalled reports it.
+func TestLagKnownFromAssignment(t *testing.T) {
+	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, testTopic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer kc.Close()
+	producer, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...), kgo.DefaultProduceTopic(testTopic))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer producer.Close()
+	for range 10 {
+		if err := producer.ProduceSync(context.Background(), &kgo.Record{Value: []byte("v")}).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	release := make(chan struct{})
+	defer close(release)
+	kc.ControlKey(int16(kmsg.Fetch), func(kmsg.Request) (kmsg.Response, error, bool) {
+		kc.KeepControl()
+		kc.SleepControl(func() { <-release })
+		return nil, nil, false
+	})
+	cons, err := New(Config{
+		Topic: testTopic, Group: "seeded", RebalanceTimeout: 10 * time.Second, SessionTimeout: 6 * time.Second,
+		LagInterval: time.Hour, StallTimeout: 200 * time.Millisecond,
+	}, zap.NewNop(), prometheus.NewRegistry(), health.New(), handlerFunc(func(context.Context, []*kgo.Record) error { return nil }), nil,
+		kgo.SeedBrokers(kc.ListenAddrs()...), kgo.FetchMaxWait(100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- cons.Run(ctx) }()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	waitFor(t, "the lag read at assignment", func() bool {
+		ps := cons.Partitions()
+		return len(ps) == 1 && ps[0].Lag == 10 && ps[0].OldestUncommittedSeconds > 0
+	})
+	if got := testutil.ToFloat64(cons.m.lag.WithLabelValues(testTopic, "0")); got != 10 {
+		t.Errorf("projector_consumer_lag = %v before any record arrived, want 10", got)
+	}
+	waitFor(t, "Stalled to report the client that never got its records", func() bool {
+		err := cons.Stalled()
+		return err != nil && strings.Contains(err.Error(), "lags 10 records")
+	})
+}

@@ -29,7 +29,7 @@ func newMetrics(reg prometheus.Registerer, pendingAges func() map[partitionKey]f
 		}, []string{"topic", "partition"}),
 		halts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "projector_partition_halts_total",
-			Help: "Partitions halted, by reason: fence_mismatch (the fence mismatch policy halt) or dead_letter_refused (the dead-letter topic refuses a letter permanently).",
+			Help: "Partitions halted, by reason: fence_mismatch (the fence mismatch policy halt), dead_letter_refused (the dead-letter topic refuses a letter permanently), handle_error (an error the batch cannot be retried past) or fenced (a store refused the batch: the partition has a newer writer).",
 		}, []string{"reason"}),
 		commitSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "projector_commit_seconds",
@@ -46,7 +46,7 @@ func newMetrics(reg prometheus.Registerer, pendingAges func() map[partitionKey]f
 		}),
 	}
 	oldest := &ageCollector{ages: pendingAges, desc: prometheus.NewDesc("projector_oldest_uncommitted_age_seconds",
-		"Age of the oldest record received and not yet committed, per assigned partition; 0 when none. A growing value is a stuck partition.",
+		"Age of the oldest record not yet committed, per assigned partition, from its receipt, or from the partition's assignment for a backlog not received yet; 0 when none. A growing value is a stuck partition.",
 		[]string{"topic", "partition"}, nil)}
 	for _, r := range project.HaltReasons() {
 		m.halts.WithLabelValues(string(r))

@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
 
@@ -59,6 +60,12 @@ type worker struct {
 	// haltReason and haltCause say why the partition is halted, "" when
 	// it is not.
 	haltReason, haltCause string
+	// backlogSince is when the partition was found, at its assignment, to
+	// have records this member has not received yet; zero once its first
+	// records arrived, or when it had none. The records of such a backlog
+	// are uncommitted from then on: a client wedged before its first fetch
+	// shows in their age.
+	backlogSince time.Time
 }
 
 type polled struct {
@@ -105,6 +112,7 @@ func (w *worker) enqueue(topicID project.TopicID, recs []*kgo.Record, highWaterm
 	p := polled{topicID: topicID, recs: recs, received: time.Now()}
 	w.mu.Lock()
 	w.pending = append(w.pending, p.received)
+	w.backlogSince = time.Time{}
 	if w.next < 0 {
 		w.next = recs[0].Offset
 	}
@@ -186,6 +194,7 @@ type flight struct {
 func (w *worker) run(ctx context.Context) {
 	defer close(w.done)
 	defer w.cancel()
+	w.seedLag(ctx)
 	fence, ok := w.acquireFence(ctx)
 	if !ok {
 		return
@@ -261,6 +270,57 @@ func (w *worker) split(p polled) []batch {
 		recs = recs[n:]
 	}
 	return out
+}
+
+// seedTimeout bounds the reads of seedLag.
+const seedTimeout = 10 * time.Second
+
+// seedLag reads the partition's committed offset (or, with none, its first
+// offset, where a new group starts) and its end from the brokers, once the
+// partition is assigned: its lag and the age of its backlog are then known
+// before its first records arrive, and a client that never fetches them
+// shows. A read that fails leaves them to the first records and the lag
+// refresh.
+func (w *worker) seedLag(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(ctx, seedTimeout)
+	defer cancel()
+	adm := kadm.NewClient(w.c.cl)
+	ends, err := adm.ListEndOffsets(ctx, w.topic)
+	if err != nil {
+		return
+	}
+	end, ok := ends.Lookup(w.topic, w.partition)
+	if !ok || end.Err != nil {
+		return
+	}
+	w.c.lagRead.Store(time.Now().UnixNano())
+	at := int64(-1)
+	if committed, err := adm.FetchOffsetsForTopics(ctx, w.c.cfg.Group, w.topic); err == nil {
+		if o, ok := committed.Lookup(w.topic, w.partition); ok && o.Err == nil && o.At >= 0 {
+			at = o.At
+		}
+	}
+	if at < 0 {
+		starts, err := adm.ListStartOffsets(ctx, w.topic)
+		if err != nil {
+			return
+		}
+		start, ok := starts.Lookup(w.topic, w.partition)
+		if !ok || start.Err != nil {
+			return
+		}
+		at = start.Offset
+	}
+	w.mu.Lock()
+	if w.next < 0 {
+		w.next = at
+	}
+	w.highWatermark = max(w.highWatermark, end.Offset)
+	if w.highWatermark > w.next && len(w.pending) == 0 {
+		w.backlogSince = time.Now()
+	}
+	w.mu.Unlock()
+	w.updateLag()
 }
 
 // acquireFence takes the member's claim on the partition before its first
@@ -439,8 +499,8 @@ func (w *worker) state() PartitionState {
 	if w.next >= 0 && w.highWatermark >= w.next {
 		s.Lag = w.highWatermark - w.next
 	}
-	if len(w.pending) > 0 {
-		s.OldestUncommittedSeconds = time.Since(w.pending[0]).Seconds()
+	if t := w.oldestLocked(); !t.IsZero() {
+		s.OldestUncommittedSeconds = time.Since(t).Seconds()
 	}
 	return s
 }
@@ -453,9 +513,26 @@ func (w *worker) popPending() {
 	w.mu.Unlock()
 }
 
-// oldestPending returns the receive time of the oldest uncommitted batch,
-// or the zero time.
+// oldestPending returns since when the oldest uncommitted record has been
+// known: the receive time of the oldest uncommitted batch, or, before the
+// first records arrived, the assignment of a partition found lagging; the
+// zero time when there is none.
 func (w *worker) oldestPending() time.Time {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.oldestLocked()
+}
+
+func (w *worker) oldestLocked() time.Time {
+	if len(w.pending) > 0 {
+		return w.pending[0]
+	}
+	return w.backlogSince
+}
+
+// oldestReceived returns the receive time of the oldest uncommitted batch,
+// or the zero time when none was received and not committed.
+func (w *worker) oldestReceived() time.Time {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if len(w.pending) == 0 {
