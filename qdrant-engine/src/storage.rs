@@ -402,14 +402,15 @@ impl Collection {
     }
 }
 
-/// Qdrant's rule for collection and alias names, and a leading dot, which
-/// this server keeps for its own files.
+/// Qdrant's rule for collection and alias names (no path separators or
+/// characters a file system refuses), no control characters, and no
+/// leading dot, which this server keeps for its own files.
 fn check_name(name: &str) -> Result<(), ApiError> {
-    const FORBIDDEN: &[char] = &['<', '>', ':', '"', '/', '\\', '|', '?', '*', '\0', '\u{1F}'];
+    const FORBIDDEN: &[char] = &['<', '>', ':', '"', '/', '\\', '|', '?', '*'];
     if name.is_empty() || name.len() > 255 {
         return Err(ApiError::BadInput(format!("collection name `{name}` must be 1 to 255 bytes long")));
     }
-    if name.starts_with('.') || name.contains(FORBIDDEN) {
+    if name.starts_with('.') || name.contains(FORBIDDEN) || name.chars().any(char::is_control) {
         return Err(ApiError::BadInput(format!(
             "collection name `{name}` cannot start with a dot or contain any of {FORBIDDEN:?}"
         )));
@@ -560,7 +561,7 @@ mod tests {
 
     #[test]
     fn names_that_are_paths_are_refused() {
-        for name in ["", "a/b", "..", ".hidden", "a\\b"] {
+        for name in ["", "a/b", "..", ".hidden", "a\\b", "a\0b", "a\nb"] {
             assert!(matches!(check_name(name), Err(ApiError::BadInput(_))), "{name:?} accepted");
         }
         check_name("chunks-e2e_1").unwrap();
