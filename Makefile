@@ -27,10 +27,11 @@ engine-test:
 	eval "$$(scripts/services.sh env)" && cd qdrant-engine && \
 		CARGO_TARGET_DIR="$$PROJECTOR_TEST_QDRANT_ENGINE_TARGET" cargo test --release --locked --quiet
 
-# Tools some tests need beyond Go: promtool for the deploy checks. A missing
-# tool is reported by the tests that need it, so this never stops the run.
+# Tools some tests need beyond Go: promtool and amtool for the deploy checks.
+# A missing tool is reported by the tests that need it, so this never stops
+# the run.
 tools:
-	@scripts/install-promtool.sh || true
+	@scripts/install-prometheus-tools.sh || true
 
 # Unit tests only: integration tests skip (outside CI) when services are absent.
 unit:

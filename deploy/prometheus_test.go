@@ -110,7 +110,7 @@ func TestAlertsHaveRunbooks(t *testing.T) {
 		if m == nil {
 			continue // TestAlertsDocumented reports it
 		}
-		want := "docs/operations.md#" + slug(m[1])
+		want := runbookBase + "/docs/operations.md#" + slug(m[1])
 		if got := r.Annotations["runbook_url"]; got != want {
 			t.Errorf("%s: runbook_url %q, want %q, the section its description names", r.Alert, got, want)
 		}
@@ -119,6 +119,10 @@ func TestAlertsHaveRunbooks(t *testing.T) {
 		}
 	}
 }
+
+// runbookBase is how every runbook_url starts: the Prometheus external
+// label runbook_base when set, else the project's repository.
+const runbookBase = "{{ with $externalLabels.runbook_base }}{{ . }}{{ else }}https://github.com/projector/projector/blob/main{{ end }}"
 
 // slug is the anchor GitHub gives a Markdown heading.
 func slug(title string) string {
@@ -295,6 +299,45 @@ func TestDashboardCoversAlerts(t *testing.T) {
 		for _, f := range strings.FieldsFunc(r.Expr, func(c rune) bool { return !(c == '_' || c >= 'a' && c <= 'z') }) {
 			if strings.HasPrefix(f, "projector_") && !strings.Contains(all, f) {
 				t.Errorf("alert %s uses %s, which no dashboard panel shows", r.Alert, f)
+			}
+		}
+	}
+}
+
+// TestAlertmanagerExample checks alertmanager.yml with amtool, and requires
+// each alert its inhibition rules name to be one of alerts.yml, so that a
+// renamed alert cannot silently stop inhibiting.
+func TestAlertmanagerExample(t *testing.T) {
+	tool, err := exec.LookPath("amtool")
+	if err != nil {
+		testenv.Missing(t, "amtool", "not on PATH (apt-get install --no-install-recommends prometheus-alertmanager)")
+	}
+	if out, err := exec.Command(tool, "check-config", "alertmanager.yml").CombinedOutput(); err != nil {
+		t.Fatalf("amtool check-config alertmanager.yml: %v\n%s", err, out)
+	}
+	alerts := map[string]bool{}
+	for _, r := range readAlerts(t) {
+		alerts[r.Alert] = true
+	}
+	var cfg struct {
+		InhibitRules []struct {
+			SourceMatchers []string `yaml:"source_matchers"`
+			TargetMatchers []string `yaml:"target_matchers"`
+		} `yaml:"inhibit_rules"`
+	}
+	readYAML(t, "alertmanager.yml", &cfg)
+	name := regexp.MustCompile(`^alertname=~?"([^"]+)"$`)
+	for _, r := range cfg.InhibitRules {
+		for _, m := range append(r.SourceMatchers, r.TargetMatchers...) {
+			sm := name.FindStringSubmatch(m)
+			if sm == nil {
+				t.Errorf("matcher %q names no alert", m)
+				continue
+			}
+			for _, a := range strings.Split(sm[1], "|") {
+				if !alerts[a] {
+					t.Errorf("inhibition rule matcher %q names %s, which is no alert of alerts.yml", m, a)
+				}
 			}
 		}
 	}
