@@ -35,6 +35,7 @@ func TestPromtool(t *testing.T) {
 		{"alert rules", []string{"check", "rules", "alerts.yml"}},
 		{"prometheus config", []string{"check", "config", "prometheus.yml"}},
 		{"alert rule tests", []string{"test", "rules", "alerts_test.yml"}},
+		{"daily alert rule tests", []string{"test", "rules", "alerts_daily_test.yml"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -149,20 +150,23 @@ func TestAlertsTested(t *testing.T) {
 			} `yaml:"alert_rule_test"`
 		} `yaml:"tests"`
 	}
-	readYAML(t, "alerts_test.yml", &f)
 	fires, quiet := map[string]bool{}, map[string]bool{}
-	for _, tc := range f.Tests {
-		for _, a := range tc.AlertRuleTest {
-			if len(a.ExpAlerts.Content) > 0 {
-				fires[a.Alertname] = true
-			} else {
-				quiet[a.Alertname] = true
+	for _, file := range []string{"alerts_test.yml", "alerts_daily_test.yml"} {
+		f.Tests = nil
+		readYAML(t, file, &f)
+		for _, tc := range f.Tests {
+			for _, a := range tc.AlertRuleTest {
+				if len(a.ExpAlerts.Content) > 0 {
+					fires[a.Alertname] = true
+				} else {
+					quiet[a.Alertname] = true
+				}
 			}
 		}
 	}
 	for _, r := range readAlerts(t) {
 		if !fires[r.Alert] || !quiet[r.Alert] {
-			t.Errorf("alerts_test.yml: %s tested firing %v, not firing %v; want both", r.Alert, fires[r.Alert], quiet[r.Alert])
+			t.Errorf("alerts_test.yml and alerts_daily_test.yml: %s tested firing %v, not firing %v; want both", r.Alert, fires[r.Alert], quiet[r.Alert])
 		}
 	}
 }
