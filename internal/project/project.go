@@ -335,11 +335,11 @@ func (p *Projector) handle(ctx context.Context, fence Fence, items []item) error
 			return p.isolate(ctx, fence, items, err)
 		}
 		if err != nil {
-			return p.undoFenced(ctx, w, err)
+			return p.undoUnfinished(ctx, w, err)
 		}
 		letters, err := p.fence(ctx, w, items)
 		if err != nil {
-			return p.undoFenced(ctx, w, err)
+			return p.undoUnfinished(ctx, w, err)
 		}
 		if err := p.sendLetters(ctx, letters); err != nil {
 			return err
@@ -439,19 +439,29 @@ func (p *Projector) fault(ctx context.Context, point string) {
 	}
 }
 
-// undoFenced returns err; when err is a *FencedError it first removes from
-// the index the chunks w wrote there that the current state does not hold.
-// The index took w before the graph or the relational store refused it,
-// and has no transaction to refuse it in. A chunk the current state holds
-// stays: a write of the same version shares its ids. What this does not
-// get to remove (the process dies first, or ctx ends), reconcile finds in
+// undoTimeout bounds undoUnfinished's store calls, which it makes after
+// the batch's own context ended.
+const undoTimeout = 5 * time.Second
+
+// undoUnfinished returns err; when the batch did not finish because a store
+// refused its fence (a *FencedError) or because its context ended (its
+// partition was lost or revoked past --revoke-timeout, or the service is
+// stopping), it first removes from the index the chunks w wrote there that
+// the current state does not hold. The index took w before the graph or
+// the relational store refused it, or before the batch was cut short, and
+// has no transaction to take it back in. A chunk the current state holds
+// stays: a write of the same version shares its ids. The calls get
+// undoTimeout of their own, since the batch's context may have ended. What
+// this does not get to remove (the process dies first), reconcile finds in
 // the index as chunks of no live version, and --repair removes
 // (docs/write-order.md, "A writer that lost its partition").
-func (p *Projector) undoFenced(ctx context.Context, w *Write, err error) error {
-	fenced, ok := errors.AsType[*FencedError](err)
-	if !ok || len(w.Live) == 0 {
+func (p *Projector) undoUnfinished(ctx context.Context, w *Write, err error) error {
+	fenced, isFenced := errors.AsType[*FencedError](err)
+	if (!isFenced && ctx.Err() == nil) || len(w.Live) == 0 {
 		return err
 	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
+	defer cancel()
 	keys := make([]string, len(w.Live))
 	for i, d := range w.Live {
 		keys[i] = d.Key
@@ -479,9 +489,13 @@ func (p *Projector) undoFenced(ctx context.Context, w *Write, err error) error {
 	if rerr := p.retry(ctx, StoreIndex, func(ctx context.Context) error { return p.d.Index.Remove(ctx, ids) }); rerr != nil {
 		return err
 	}
-	p.log.Warn("a store refused this member's write of a partition another member now holds; removed from the index the chunks it had written there",
-		zap.String("refused_by", fenced.Store), zap.String("topic", w.Fence.Topic), zap.Int32("partition", w.Fence.Partition),
-		zap.Int64("token", w.Fence.Token), zap.Int64("newest_token", fenced.Newest), zap.Int("chunks", len(ids)))
+	fields := []zap.Field{zap.String("topic", w.Fence.Topic), zap.Int32("partition", w.Fence.Partition), zap.Int("chunks", len(ids))}
+	if isFenced {
+		p.log.Warn("a store refused this member's write of a partition another member now holds; removed from the index the chunks it had written there",
+			append(fields, zap.String("refused_by", fenced.Store), zap.Int64("token", w.Fence.Token), zap.Int64("newest_token", fenced.Newest))...)
+	} else {
+		p.log.Info("batch cut short after its index write; removed from the index the chunks it had written there that the stores do not hold", fields...)
+	}
 	return err
 }
 

@@ -134,9 +134,18 @@ func (m *memStore) ChunkIDs(_ context.Context, keys []string) (map[string][]uuid
 
 type memIndex struct{ *memStore }
 
-func (m memIndex) Apply(_ context.Context, w *Write) error { return m.apply(w, nil) }
+// Apply writes w unless ctx has ended, as a store's client refuses to.
+func (m memIndex) Apply(ctx context.Context, w *Write) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return m.apply(w, nil)
+}
 
-func (m memIndex) Remove(_ context.Context, ids []uuid.UUID) error {
+func (m memIndex) Remove(ctx context.Context, ids []uuid.UUID) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for key, held := range m.chunks {
@@ -147,7 +156,10 @@ func (m memIndex) Remove(_ context.Context, ids []uuid.UUID) error {
 
 type memRelational struct{ *memStore }
 
-func (m memRelational) Apply(_ context.Context, w *Write, l []LedgerEntry) error {
+func (m memRelational) Apply(ctx context.Context, w *Write, l []LedgerEntry) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	return m.apply(w, l)
 }
 
@@ -650,6 +662,39 @@ func TestWaitIsNotAFailure(t *testing.T) {
 	for _, k := range []ErrorKind{Transient, Rejected, Fatal, Limit} {
 		if got := testutil.ToFloat64(f.p.m.storeErrors.WithLabelValues(StoreRelational, k.String())); got != 0 {
 			t.Errorf("relational %s errors = %v, want 0", k, got)
+		}
+	}
+}
+
+// cancelAt ends the batch's context at a fault point, as a lost partition
+// or a revoke past --revoke-timeout does; the batch goes on from there with
+// an ended context.
+type cancelAt struct {
+	point  string
+	cancel context.CancelFunc
+}
+
+func (c cancelAt) At(_ context.Context, point string) {
+	if point == c.point {
+		c.cancel()
+	}
+}
+
+// TestCutShortWriteUndoesTheIndex: a batch whose context ends after its
+// index write (its partition was lost) writes nothing more, and removes
+// from the index the chunks it wrote there that the stores do not hold,
+// with calls of its own; it used to leave them there until a reconcile
+// --repair, which TestFrozenMembers caught under load.
+func TestCutShortWriteUndoesTheIndex(t *testing.T) {
+	f := newFixture(t, Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	f.p.d.Faults = cancelAt{point: "after-index", cancel: cancel}
+	if err := f.p.Handle(ctx, Fence{}, TopicID{}, []*kgo.Record{rec(0, "a", upsert("a", 1))}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Handle = %v, want it cut short", err)
+	}
+	for _, s := range []*memStore{f.index, f.graph, f.rel} {
+		if got := len(s.chunks["a"]); got != 0 {
+			t.Errorf("%s holds %d chunks of a after the batch was cut short, want none", s.name, got)
 		}
 	}
 }
