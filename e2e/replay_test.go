@@ -137,6 +137,16 @@ func TestReplayToTimeAndOffset(t *testing.T) {
 		t.Errorf("committed after replay --to <time> = %v, want %v (the first record at or after it)", got, want)
 	}
 
+	// A dry run prints the plan and commits nothing.
+	planned := w.groupOffsets()
+	stdout, stderr, code := w.replay("--to", "earliest", "--dry-run")
+	if code != 0 || !strings.Contains(stdout, "nothing changed") || !strings.Contains(stdout, "PARTITION") {
+		t.Fatalf("replay --to earliest --dry-run = exit %d:\n%s%s\nwant exit 0 and the plan", code, stdout, stderr)
+	}
+	if got := w.groupOffsets(); fmt.Sprint(got) != fmt.Sprint(planned) {
+		t.Errorf("committed after a dry run = %v, want %v as before", got, planned)
+	}
+
 	tests := []struct {
 		name   string
 		args   []string

@@ -39,6 +39,7 @@ func replayCommand(ctx context.Context, args []string, e env) error {
 		group      string
 		to         string
 		partitions string
+		dryRun     bool
 	)
 	fs := newFlagSet("replay", "replay --to earliest|<offset>|<RFC 3339 time> [flags]", e)
 	lf.register(fs)
@@ -47,6 +48,7 @@ func replayCommand(ctx context.Context, args []string, e env) error {
 	fs.StringVar(&group, "group", "projector", "consumer group whose committed offsets are reset")
 	fs.StringVar(&to, "to", "", "where the group resumes: earliest, an offset (clamped to each partition's range), or an RFC 3339 time (the first record at or after it)")
 	fs.StringVar(&partitions, "partitions", "", "comma-separated partitions to reset (default: all)")
+	fs.BoolVar(&dryRun, "dry-run", false, "print the offsets the reset would commit, and change nothing (live members are then only warned about)")
 	if err := parse(fs, args, e); err != nil {
 		return err
 	}
@@ -67,12 +69,20 @@ func replayCommand(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	defer adm.Close()
-	if err := requireNoMembers(ctx, adm, group, "resetting its offsets"); err != nil {
+	if dryRun {
+		if n, err := liveMembers(ctx, adm, group); err == nil && n > 0 {
+			fmt.Fprintf(e.stderr, "projector replay: warning: consumer group %s has %d live member(s); stop them before the reset itself\n", group, n)
+		}
+	} else if err := requireNoMembers(ctx, adm, group, "resetting its offsets"); err != nil {
 		return err
 	}
 	rows, err := planReplay(ctx, adm, topic, group, target, chosen)
 	if err != nil {
 		return err
+	}
+	if dryRun {
+		printReplay(e.stdout, fmt.Sprintf("would reset the offsets of group %s on topic %s (--dry-run: nothing changed):", group, topic), rows)
+		return nil
 	}
 	commit := make(kadm.Offsets)
 	for _, r := range rows {
@@ -87,7 +97,7 @@ func replayCommand(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return fmt.Errorf("commit offsets of group %s: %w", group, err)
 	}
-	printReplay(e.stdout, topic, group, rows)
+	printReplay(e.stdout, fmt.Sprintf("reset the offsets of group %s on topic %s:", group, topic), rows)
 	return nil
 }
 
@@ -269,9 +279,10 @@ func planReplay(ctx context.Context, adm *kadm.Client, topic, group string, targ
 	return rows, nil
 }
 
-// printReplay prints the offsets before and after, per partition.
-func printReplay(w io.Writer, topic, group string, rows []replayRow) {
-	fmt.Fprintf(w, "reset the offsets of group %s on topic %s:\n", group, topic)
+// printReplay prints a heading and the offsets before and after, per
+// partition.
+func printReplay(w io.Writer, heading string, rows []replayRow) {
+	fmt.Fprintln(w, heading)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "PARTITION\tBEFORE\tAFTER\tSTART\tEND\tNOTE")
 	for _, r := range rows {

@@ -56,7 +56,7 @@ func TestParsePartitions(t *testing.T) {
 
 func TestPrintReplay(t *testing.T) {
 	var b bytes.Buffer
-	printReplay(&b, "documents", "projector", []replayRow{
+	printReplay(&b, "reset the offsets of group projector on topic documents:", []replayRow{
 		{partition: 0, before: 12, after: 0, start: 0, end: 12, clampedFrom: -1},
 		{partition: 1, before: -1, after: 30, start: 4, end: 30, clampedFrom: 99},
 		{partition: 2, before: 7, after: 9, start: 0, end: 9, clampedFrom: -1, noRecordAfter: true},
