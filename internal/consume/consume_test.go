@@ -251,28 +251,35 @@ func TestRevokeCancelsInFlight(t *testing.T) {
 	}
 }
 
-// TestStalledPollLoop holds the broker's fetch answers while it reports
-// new records: the poll loop waits with a partition lagging, and Stalled,
-// which /livez serves, says so once StallTimeout passed; when fetches flow
-// again it clears.
-func TestStalledPollLoop(t *testing.T) {
+// newProducingCluster is an in-process Kafka with testTopic of one
+// partition, and a function that produces n records to it.
+func newProducingCluster(t *testing.T) (*kfake.Cluster, func(n int)) {
+	t.Helper()
 	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, testTopic))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer kc.Close()
+	t.Cleanup(kc.Close)
 	producer, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...), kgo.DefaultProduceTopic(testTopic))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer producer.Close()
-	produce := func(n int) {
+	t.Cleanup(producer.Close)
+	return kc, func(n int) {
 		for range n {
 			if err := producer.ProduceSync(context.Background(), &kgo.Record{Value: []byte("v")}).FirstErr(); err != nil {
 				t.Fatal(err)
 			}
 		}
 	}
+}
+
+// TestStalledPollLoop holds the broker's fetch answers while it reports
+// new records: the poll loop waits with a partition lagging, and Stalled,
+// which /livez serves, says so once StallTimeout passed; when fetches flow
+// again it clears.
+func TestStalledPollLoop(t *testing.T) {
+	kc, produce := newProducingCluster(t)
 	produce(3)
 	var (
 		mu      sync.Mutex
@@ -519,21 +526,8 @@ func TestWorkersWriteUnderTheirFence(t *testing.T) {
 // its first records arrive; so a client that never gets them (every fetch
 // held here) shows a growing backlog age and Stalled reports it.
 func TestLagKnownFromAssignment(t *testing.T) {
-	kc, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, testTopic))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer kc.Close()
-	producer, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...), kgo.DefaultProduceTopic(testTopic))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer producer.Close()
-	for range 10 {
-		if err := producer.ProduceSync(context.Background(), &kgo.Record{Value: []byte("v")}).FirstErr(); err != nil {
-			t.Fatal(err)
-		}
-	}
+	kc, produce := newProducingCluster(t)
+	produce(10)
 	release := make(chan struct{})
 	defer close(release)
 	kc.ControlKey(int16(kmsg.Fetch), func(kmsg.Request) (kmsg.Response, error, bool) {
