@@ -537,12 +537,12 @@ func (c *Consumer) refreshLag(ctx context.Context) {
 }
 
 // assigned starts a worker per new partition.
-func (c *Consumer) assigned(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
+func (c *Consumer) assigned(_ context.Context, cl *kgo.Client, parts map[string][]int32) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for topic, ps := range parts {
 		for _, p := range ps {
-			w, ctx := newWorker(c, topic, p)
+			w, ctx := newWorker(c, cl, topic, p)
 			c.workers[partitionKey{topic, p}] = w
 			c.m.halted.WithLabelValues(topic, strconv.Itoa(int(p))).Set(0)
 			go w.run(ctx)
@@ -561,20 +561,20 @@ func (c *Consumer) assigned(_ context.Context, _ *kgo.Client, parts map[string][
 // the group's rebalance timeout; then the batches are cancelled and left
 // uncommitted, so the member never writes on after the group has moved the
 // partition on.
-func (c *Consumer) revoked(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
-	c.stopWorkers(parts, "revoked")
+func (c *Consumer) revoked(_ context.Context, cl *kgo.Client, parts map[string][]int32) {
+	c.stopWorkers(cl, parts, "revoked")
 }
 
 // lost stops the workers of partitions lost without a clean revoke (the
 // session expired): another member may own them already, so their
 // in-flight batches are cancelled at once and nothing more is committed.
-func (c *Consumer) lost(_ context.Context, _ *kgo.Client, parts map[string][]int32) {
-	c.stopWorkers(parts, "lost")
+func (c *Consumer) lost(_ context.Context, cl *kgo.Client, parts map[string][]int32) {
+	c.stopWorkers(cl, parts, "lost")
 	c.joined.Store(false)
 	c.health.Fail("consumer", "lost the group session; rejoining")
 }
 
-func (c *Consumer) stopWorkers(parts map[string][]int32, why string) {
+func (c *Consumer) stopWorkers(cl *kgo.Client, parts map[string][]int32, why string) {
 	var stopping []*worker
 	c.mu.Lock()
 	for topic, ps := range parts {
@@ -608,7 +608,7 @@ func (c *Consumer) stopWorkers(parts map[string][]int32, why string) {
 		<-w.done
 		// Fetching was paused if the partition halted or its worker was
 		// behind; whoever gets the partition next starts fresh.
-		c.cl.ResumeFetchPartitions(map[string][]int32{w.topic: {w.partition}})
+		cl.ResumeFetchPartitions(map[string][]int32{w.topic: {w.partition}})
 		c.m.forget(w.topic, w.partition)
 		c.log.Info("partition "+why, zap.String("topic", w.topic), zap.Int32("partition", w.partition))
 	}

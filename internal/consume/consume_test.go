@@ -562,3 +562,39 @@ func TestLagKnownFromAssignment(t *testing.T) {
 		return err != nil && strings.Contains(err.Error(), "lags 10 records")
 	})
 }
+
+// TestWorkersUseTheAssigningClient: franz-go joins the group as soon as a
+// client exists, so a partition can be assigned before New has stored the
+// client (under load a worker then read a nil client and panicked). The
+// worker must work with the client the group callback hands it: here the
+// consumer's own client reaches no broker, and the lag of the assigned
+// partition is still read, through the client that assigned it.
+func TestWorkersUseTheAssigningClient(t *testing.T) {
+	kc, produce := newProducingCluster(t)
+	produce(4)
+	cons, err := New(Config{Topic: testTopic, Group: "early", LagInterval: time.Hour}, zap.NewNop(), prometheus.NewRegistry(), health.New(),
+		handlerFunc(func(context.Context, []*kgo.Record) error { return nil }), nil,
+		kgo.SeedBrokers("127.0.0.1:1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		cons.abortClient()
+		cons.cl.Close()
+	}()
+	assigning, err := kgo.NewClient(kgo.SeedBrokers(kc.ListenAddrs()...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer assigning.Close()
+	parts := map[string][]int32{testTopic: {0}}
+	cons.assigned(context.Background(), assigning, parts)
+	waitFor(t, "the lag read through the assigning client", func() bool {
+		ps := cons.Partitions()
+		return len(ps) == 1 && ps[0].Lag == 4
+	})
+	cons.revoked(context.Background(), assigning, parts)
+	if ps := cons.Partitions(); len(ps) != 0 {
+		t.Errorf("partitions after the revoke = %v, want none", ps)
+	}
+}

@@ -25,7 +25,12 @@ const commitTimeout = 10 * time.Second
 // for a lost partition, and for a revoked one whose batch outlasts
 // RevokeTimeout. Once that context has ended nothing more is committed.
 type worker struct {
-	c         *Consumer
+	c *Consumer
+	// cl is the client whose group assigned the partition, as the
+	// callback gave it: franz-go joins the group as soon as the client
+	// exists, so the first assignment can come before New has stored
+	// the client in c.
+	cl        *kgo.Client
 	topic     string
 	partition int32
 	// ready tells the worker that the poll loop put a poll in its inbox.
@@ -76,10 +81,10 @@ type polled struct {
 
 // newWorker returns the worker of a partition and the context its run
 // must be given, which its cancel ends.
-func newWorker(c *Consumer, topic string, partition int32) (*worker, context.Context) {
+func newWorker(c *Consumer, cl *kgo.Client, topic string, partition int32) (*worker, context.Context) {
 	ctx, cancel := context.WithCancel(c.workCtx)
 	return &worker{
-		c: c, topic: topic, partition: partition, cancel: cancel,
+		c: c, cl: cl, topic: topic, partition: partition, cancel: cancel,
 		ready:  make(chan struct{}, 1),
 		quit:   make(chan struct{}),
 		done:   make(chan struct{}),
@@ -120,7 +125,7 @@ func (w *worker) enqueue(topicID project.TopicID, recs []*kgo.Record, highWaterm
 	w.inbox = append(w.inbox, p)
 	if len(w.inbox) > queueSize(w.c.cfg.BatchesInFlight) && !w.throttled {
 		w.throttled = true
-		w.c.cl.PauseFetchPartitions(map[string][]int32{w.topic: {w.partition}})
+		w.cl.PauseFetchPartitions(map[string][]int32{w.topic: {w.partition}})
 	}
 	w.mu.Unlock()
 	w.updateLag()
@@ -149,7 +154,7 @@ func (w *worker) take() (p polled, ok bool) {
 	}
 	if w.throttled && len(w.inbox) <= queueSize(w.c.cfg.BatchesInFlight) {
 		w.throttled = false
-		w.c.cl.ResumeFetchPartitions(map[string][]int32{w.topic: {w.partition}})
+		w.cl.ResumeFetchPartitions(map[string][]int32{w.topic: {w.partition}})
 	}
 	return p, true
 }
@@ -284,7 +289,7 @@ const seedTimeout = 10 * time.Second
 func (w *worker) seedLag(ctx context.Context) {
 	ctx, cancel := context.WithTimeout(ctx, seedTimeout)
 	defer cancel()
-	adm := kadm.NewClient(w.c.cl)
+	adm := kadm.NewClient(w.cl)
 	ends, err := adm.ListEndOffsets(ctx, w.topic)
 	if err != nil {
 		return
@@ -420,7 +425,7 @@ func (w *worker) halt(err error) bool {
 	w.c.m.halted.WithLabelValues(w.topic, strconv.Itoa(int(w.partition))).Set(1)
 	w.c.m.halts.WithLabelValues(reason).Inc()
 	w.halted.Store(true)
-	w.c.cl.PauseFetchPartitions(map[string][]int32{w.topic: {w.partition}})
+	w.cl.PauseFetchPartitions(map[string][]int32{w.topic: {w.partition}})
 	w.dropInbox()
 	for {
 		select {
@@ -451,7 +456,7 @@ func (w *worker) commit(ctx context.Context, last *kgo.Record) {
 	ctx, cancel := context.WithTimeout(ctx, commitTimeout)
 	defer cancel()
 	start := time.Now()
-	err := w.c.cl.CommitRecords(ctx, last)
+	err := w.cl.CommitRecords(ctx, last)
 	w.c.m.commitSeconds.Observe(time.Since(start).Seconds())
 	if err != nil {
 		w.c.m.commitErrors.Inc()
