@@ -34,6 +34,10 @@ const (
 	HeaderSourceTopic     = "projector-source-topic"
 	HeaderSourcePartition = "projector-source-partition"
 	HeaderSourceOffset    = "projector-source-offset"
+	// HeaderSourceTopicID is the id of the source topic, as kafka-topics.sh
+	// prints it, when the broker gave it: the source offset names the
+	// record only in that incarnation of the topic.
+	HeaderSourceTopicID = "projector-source-topic-id"
 	// HeaderTruncated is set on a dead letter cut to fit the dead-letter
 	// topic: a comma-separated list of what was cut (value, headers, key).
 	// The whole record stays at the source topic, partition and offset
@@ -191,6 +195,9 @@ func Record(topic string, l project.DeadLetter, maxBytes int) *kgo.Record {
 		{Key: HeaderSourceTopic, Value: []byte(src.Topic)},
 		{Key: HeaderSourcePartition, Value: []byte(strconv.Itoa(int(src.Partition)))},
 		{Key: HeaderSourceOffset, Value: []byte(strconv.FormatInt(src.Offset, 10))},
+	}
+	if l.TopicID != (project.TopicID{}) {
+		own = append(own, kgo.RecordHeader{Key: HeaderSourceTopicID, Value: []byte(l.TopicID.String())})
 	}
 	rec := &kgo.Record{Topic: topic, Key: src.Key, Value: src.Value, Headers: append(append([]kgo.RecordHeader{}, src.Headers...), own...)}
 	budget := maxBytes - batchOverhead

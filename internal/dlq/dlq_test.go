@@ -18,8 +18,9 @@ import (
 
 func letter(key, value string, headers ...kgo.RecordHeader) project.DeadLetter {
 	return project.DeadLetter{
-		Record: &kgo.Record{Topic: "documents", Partition: 3, Offset: 42, Key: []byte(key), Value: []byte(value), Headers: headers},
-		Reason: "too_large", Detail: "the record value has many bytes",
+		Record:  &kgo.Record{Topic: "documents", Partition: 3, Offset: 42, Key: []byte(key), Value: []byte(value), Headers: headers},
+		TopicID: project.TopicID{0xab, 1},
+		Reason:  "too_large", Detail: "the record value has many bytes",
 	}
 }
 
@@ -65,12 +66,25 @@ func TestRecordFitsTheTopic(t *testing.T) {
 			if got := header(r, "x-origin") != ""; got != tt.wantOrigin {
 				t.Errorf("original header kept = %v, want %v", got, tt.wantOrigin)
 			}
-			for h, want := range map[string]string{HeaderReason: "too_large", HeaderSourceTopic: "documents", HeaderSourcePartition: "3", HeaderSourceOffset: "42"} {
+			for h, want := range map[string]string{HeaderReason: "too_large", HeaderSourceTopic: "documents", HeaderSourcePartition: "3",
+				HeaderSourceOffset: "42", HeaderSourceTopicID: "qwEAAAAAAAAAAAAAAAAAAA"} {
 				if got := header(r, h); got != want {
 					t.Errorf("header %s = %q, want %q", h, got, want)
 				}
 			}
 		})
+	}
+}
+
+// A letter whose topic id the broker did not give says nothing of it:
+// redrive then checks the key alone.
+func TestRecordWithoutTopicID(t *testing.T) {
+	l := letter("k", "v")
+	l.TopicID = project.TopicID{}
+	for _, h := range Record("dlq", l, 4096).Headers {
+		if h.Key == HeaderSourceTopicID {
+			t.Errorf("header %s = %q, want none for an unknown topic id", h.Key, h.Value)
+		}
 	}
 }
 

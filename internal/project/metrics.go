@@ -83,7 +83,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			m.storeErrors.WithLabelValues(s, k.String())
 		}
 	}
-	for _, r := range append(event.Reasons(), ReasonVersionConflict, ReasonFenceMismatch, ReasonStoreRejected) {
+	for _, r := range append(event.Reasons(), ReasonVersionConflict, ReasonFenceMismatch, ReasonStoreRejected, ReasonInvalidPosition) {
 		m.deadLetters.WithLabelValues(string(r))
 	}
 	reg.MustRegister(m.records, m.deadLetters, m.storeWrite, m.storeErrors, m.limitErrors, m.fenced, m.batchRecords, m.batchSeconds, m.fenceSeconds, m.embedSeconds)

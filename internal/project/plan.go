@@ -49,12 +49,18 @@ const (
 	ReasonVersionConflict event.Reason = "version_conflict"
 	ReasonFenceMismatch   event.Reason = "fence_mismatch"
 	ReasonStoreRejected   event.Reason = "store_rejected"
+	// ReasonInvalidPosition: a projector-original-position header that
+	// does not parse (HeaderOriginalPosition).
+	ReasonInvalidPosition event.Reason = "invalid_position"
 )
 
 // item is one record of a batch and what became of it.
 type item struct {
 	rec *kgo.Record
-	// pos is the record's place in the log.
+	// topicID is the id of rec's topic, zero when unknown.
+	topicID TopicID
+	// pos is where the record is judged: its place in the log, or the
+	// earlier one it was redriven from (judgedAt).
 	pos Position
 	ev  event.Event
 	// bad is set when the record is bad input.
@@ -65,6 +71,11 @@ type item struct {
 	storedHash string
 	// reason says why a record that is not bad input was dead-lettered.
 	reason event.Reason
+}
+
+// letter is the dead letter of the item's record.
+func (it *item) letter(reason event.Reason, detail string) DeadLetter {
+	return DeadLetter{Record: it.rec, TopicID: it.topicID, Reason: reason, Detail: detail}
 }
 
 // docState is a document's state while a batch is folded over it.
@@ -98,7 +109,7 @@ func fold(states map[string]State, items []item, policy ConflictPolicy, writer s
 		it := &items[i]
 		if it.bad != nil {
 			it.outcome = OutcomeDLQ
-			p.letters = append(p.letters, DeadLetter{Record: it.rec, Reason: it.bad.Reason, Detail: it.bad.Detail})
+			p.letters = append(p.letters, it.letter(it.bad.Reason, it.bad.Detail))
 			continue
 		}
 		ev := &it.ev
@@ -143,11 +154,8 @@ func fold(states map[string]State, items []item, policy ConflictPolicy, writer s
 			}
 			if policy != ConflictOverwrite {
 				it.reason = ReasonVersionConflict
-				p.letters = append(p.letters, DeadLetter{
-					Record: it.rec,
-					Reason: ReasonVersionConflict,
-					Detail: "version " + strconv.FormatInt(version, 10) + " is stored with content hash " + st.ContentHash + "; this record has " + ev.ContentHash,
-				})
+				p.letters = append(p.letters, it.letter(ReasonVersionConflict,
+					"version "+strconv.FormatInt(version, 10)+" is stored with content hash "+st.ContentHash+"; this record has "+ev.ContentHash))
 				continue
 			}
 		default:

@@ -29,8 +29,12 @@ const (
 // DeadLetter is a record that can never be projected, with the reason.
 type DeadLetter struct {
 	Record *kgo.Record
-	Reason event.Reason
-	Detail string
+	// TopicID is the id of Record's topic (zero when the broker did not
+	// say), so that a redrive reading the record again at its offset can
+	// tell the topic from one created again under its name.
+	TopicID TopicID
+	Reason  event.Reason
+	Detail  string
 }
 
 // DeadLetters writes records to the dead-letter topic. Send returns only
@@ -231,7 +235,7 @@ func (p *Projector) Handle(ctx context.Context, fence Fence, topicID TopicID, re
 	start := time.Now()
 	items := make([]item, len(recs))
 	for i, r := range recs {
-		items[i].rec = r
+		items[i].rec, items[i].topicID = r, topicID
 		items[i].pos = Position{Topic: r.Topic, TopicID: topicID, Partition: r.Partition, Offset: r.Offset}
 		ev, err := p.d.Decoder.Decode(r.Key, r.Value, header(r, "correlation-id"))
 		var bad *event.Error
@@ -240,6 +244,7 @@ func (p *Projector) Handle(ctx context.Context, fence Fence, topicID TopicID, re
 			continue
 		}
 		items[i].ev = ev
+		items[i].pos, items[i].bad = judgedAt(r, items[i].pos)
 	}
 	p.trace(ctx, StageReceived, items)
 	vectorBytes := 0
@@ -370,7 +375,7 @@ func (p *Projector) isolate(ctx context.Context, fence Fence, items []item, caus
 	it.outcome, it.reason = OutcomeDLQ, ReasonStoreRejected
 	p.log.Error("a store rejected a record; sending it to the dead-letter topic (the index and graph may hold parts of it until reconcile --repair)",
 		append(recordFields(it), zap.Error(cause))...)
-	if err := p.sendLetters(ctx, []DeadLetter{{Record: it.rec, Reason: ReasonStoreRejected, Detail: cause.Error()}}); err != nil {
+	if err := p.sendLetters(ctx, []DeadLetter{it.letter(ReasonStoreRejected, cause.Error())}); err != nil {
 		return err
 	}
 	p.record(ctx, items)
@@ -538,8 +543,8 @@ func (p *Projector) fence(ctx context.Context, w *Write, items []item) ([]DeadLe
 				it := &items[i]
 				if it.bad == nil && it.reason == "" && bad[it.ev.Key] && it.outcome != OutcomeStale {
 					it.outcome, it.reason = OutcomeDLQ, ReasonFenceMismatch
-					letters = append(letters, DeadLetter{Record: it.rec, Reason: ReasonFenceMismatch,
-						Detail: "after " + fmt.Sprint(attempt) + " re-projections: " + mismatchesOf(mismatches, it.ev.Key)})
+					letters = append(letters, it.letter(ReasonFenceMismatch,
+						"after "+fmt.Sprint(attempt)+" re-projections: "+mismatchesOf(mismatches, it.ev.Key)))
 				}
 			}
 			return letters, nil

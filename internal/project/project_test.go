@@ -73,11 +73,11 @@ func (m *memStore) apply(w *Write, ledger []LedgerEntry) error {
 			ids = append(ids, c.ID)
 		}
 		m.chunks[d.Key] = ids
-		m.states[d.Key] = State{Version: d.Version, ContentHash: d.ContentHash}
+		m.states[d.Key] = State{Version: d.Version, ContentHash: d.ContentHash, Position: d.Position}
 	}
 	for _, d := range w.Withdrawn {
 		delete(m.chunks, d.Key)
-		m.states[d.Key] = State{Version: d.Version, Withdrawn: true}
+		m.states[d.Key] = State{Version: d.Version, Withdrawn: true, Position: d.Position}
 	}
 	for _, l := range ledger {
 		m.ledger[l.IdempotencyKey] = l
