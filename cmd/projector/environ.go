@@ -19,6 +19,36 @@ var notFlagPrefixes = []string{
 	"PROJECTOR_TEST_",   // scripts/services.sh env: what only the tests use
 }
 
+// ownVariables lists the flags of command that read
+// PROJECTOR_<COMMAND>_<FLAG> rather than PROJECTOR_<FLAG>: those whose name
+// another command also has with another meaning, so that one environment
+// (the ConfigMap that configures run) cannot change them by accident;
+// redrive's --group once read the projector's PROJECTOR_GROUP. The commands
+// of the public contract (run, replay, reconcile, ids, publish) keep
+// PROJECTOR_<FLAG> for every flag, as it promises; the others yield.
+func ownVariables(command string) []string {
+	switch command {
+	case "bench":
+		return []string{"partitions", "timeout"}
+	case "migrate", "probe":
+		return []string{"timeout"}
+	case "ledger-prune":
+		return []string{"batch", "push-job"}
+	case "redrive":
+		return []string{"group", "since", "batch", "timeout", "dry-run"}
+	}
+	return nil
+}
+
+// variable returns the environment variable that the flag name of command
+// reads.
+func variable(command, name string) string {
+	if slices.Contains(ownVariables(command), name) {
+		return config.CommandEnvName(command, name)
+	}
+	return config.EnvName(name)
+}
+
 // unknownVariables returns a warning for each PROJECTOR_* variable of
 // environ that no flag of any command reads: most likely a misspelt name,
 // whose setting would otherwise be lost without a word. Every command is
@@ -50,7 +80,7 @@ func knownVariables(ctx context.Context) map[string]bool {
 	known := map[string]bool{embedAPIKeyEnv: true}
 	for _, fs := range sets {
 		fs.VisitAll(func(f *flag.Flag) {
-			known[config.EnvName(f.Name)] = true
+			known[variable(fs.Name(), f.Name)] = true
 			if s, ok := f.Value.(*secretFile); ok && s.envVar != "" {
 				known[s.envVar] = true
 			}

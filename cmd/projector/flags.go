@@ -32,7 +32,11 @@ func newFlagSet(name, synopsis string, e env) *flag.FlagSet {
 		e.onFlagSet(fs)
 	}
 	fs.Usage = func() {
-		fmt.Fprintf(e.stderr, "usage: projector %s\n\nflags (each also read from PROJECTOR_<FLAG_NAME>):\n", synopsis)
+		fmt.Fprintf(e.stderr, "usage: projector %s\n\nflags (each also read from PROJECTOR_<FLAG_NAME>", synopsis)
+		for _, own := range ownVariables(name) {
+			fmt.Fprintf(e.stderr, "; --%s from %s", own, config.CommandEnvName(name, own))
+		}
+		fmt.Fprintln(e.stderr, "):")
 		fs.PrintDefaults()
 	}
 	return fs
@@ -54,7 +58,7 @@ func parse(fs *flag.FlagSet, args []string, e env) error {
 // parseWithArgs is parse for the commands that take positional arguments
 // (resume); they check what the arguments are themselves.
 func parseWithArgs(fs *flag.FlagSet, args []string, e env) error {
-	if err := config.Parse(fs, args, e.getenv); err != nil {
+	if err := config.Parse(fs, args, e.getenv, func(name string) string { return variable(fs.Name(), name) }); err != nil {
 		return usageError(err)
 	}
 	return resolveSecrets(fs, e.getenv)

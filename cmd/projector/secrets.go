@@ -9,8 +9,6 @@ import (
 	"os"
 	"regexp"
 	"strings"
-
-	"github.com/projector/projector/internal/config"
 )
 
 // secretFile is the value of a flag that names a file holding a secret,
@@ -108,7 +106,7 @@ func resolveSecrets(fs *flag.FlagSet, getenv func(string) string) error {
 		case *secretFile:
 			err = v.resolve(f.Name, getenv)
 		case *commandLineSecret:
-			v.onCommandLine = v.String() != "" && v.String() != getenv(config.EnvName(f.Name)) && f.DefValue != v.String()
+			v.onCommandLine = v.String() != "" && v.String() != getenv(variable(fs.Name(), f.Name)) && f.DefValue != v.String()
 		}
 	})
 	return err

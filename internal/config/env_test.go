@@ -20,7 +20,7 @@ func TestParse(t *testing.T) {
 	topic := fs.String("topic", "documents", "")
 	batch := fs.Int("batch-size", 1, "")
 	group := fs.String("group", "projector", "")
-	if err := Parse(fs, []string{"--topic", "from-flag"}, func(k string) string { return env[k] }); err != nil {
+	if err := Parse(fs, []string{"--topic", "from-flag"}, func(k string) string { return env[k] }, EnvName); err != nil {
 		t.Fatal(err)
 	}
 	got := []string{*brokers, *topic, *group}
@@ -57,7 +57,7 @@ func TestParseBadEnvNamesVariable(t *testing.T) {
 				return tt.value
 			}
 			return ""
-		})
+		}, EnvName)
 		if err == nil || err.Error() != tt.want {
 			t.Errorf("error = %v, want %q", err, tt.want)
 		}
@@ -67,5 +67,23 @@ func TestParseBadEnvNamesVariable(t *testing.T) {
 func TestEnvName(t *testing.T) {
 	if got := EnvName("qdrant-collection"); got != "PROJECTOR_QDRANT_COLLECTION" {
 		t.Errorf("EnvName = %q, want PROJECTOR_QDRANT_COLLECTION", got)
+	}
+	if got := CommandEnvName("ledger-prune", "dry-run"); got != "PROJECTOR_LEDGER_PRUNE_DRY_RUN" {
+		t.Errorf("CommandEnvName = %q, want PROJECTOR_LEDGER_PRUNE_DRY_RUN", got)
+	}
+}
+
+// A command's own variable is read, and the shared one of the same flag
+// name is not: the ConfigMap's PROJECTOR_GROUP stays the projector's.
+func TestParseCommandVariable(t *testing.T) {
+	env := map[string]string{"PROJECTOR_GROUP": "projector", "PROJECTOR_REDRIVE_GROUP": "redrive-position"}
+	fs := flag.NewFlagSet("redrive", flag.ContinueOnError)
+	group := fs.String("group", "", "")
+	envName := func(f string) string { return CommandEnvName(fs.Name(), f) }
+	if err := Parse(fs, nil, func(k string) string { return env[k] }, envName); err != nil {
+		t.Fatal(err)
+	}
+	if *group != "redrive-position" {
+		t.Errorf("group = %q, want redrive-position from PROJECTOR_REDRIVE_GROUP", *group)
 	}
 }
