@@ -25,9 +25,16 @@ import (
 // standard output and error and its exit status.
 func (w *world) cli(args ...string) (stdout, stderr string, code int) {
 	w.t.Helper()
+	return w.cliEnv(nil, args...)
+}
+
+// cliEnv is cli with extra environment (KEY=VALUE).
+func (w *world) cliEnv(extraEnv []string, args ...string) (stdout, stderr string, code int) {
+	w.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, bin, args...)
+	cmd.Env = append(os.Environ(), extraEnv...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	err := cmd.Run()

@@ -61,9 +61,12 @@ func (l *logSource) Documents(ctx context.Context, docKeys []string) ([]project.
 // document reads and rebuilds one document from its event at p.
 func (l *logSource) document(ctx context.Context, key string, p postgres.Placed) (project.Document, error) {
 	pos := p.Position
-	rec, err := readAt(ctx, l.kafka, pos.Topic, pos.Partition, pos.Offset)
+	rec, id, err := readAt(ctx, l.kafka, pos.Topic, pos.Partition, pos.Offset)
 	if err != nil {
 		return project.Document{}, fmt.Errorf("read %s/%d/%d: %w", pos.Topic, pos.Partition, pos.Offset, err)
+	}
+	if pos.TopicID != (project.TopicID{}) && id != pos.TopicID {
+		return project.Document{}, fmt.Errorf("topic %s was created again since version %d was projected (id %s then, %s now)", pos.Topic, p.Version, pos.TopicID, id)
 	}
 	var correlation string
 	for _, h := range rec.Headers {

@@ -9,10 +9,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
 
 	"github.com/projector/projector/internal/dlq"
+	"github.com/projector/projector/internal/fault"
+	"github.com/projector/projector/internal/project"
 	"github.com/projector/projector/internal/redrive"
 )
 
@@ -30,9 +33,9 @@ func redriveCommand(ctx context.Context, args []string, e env) error {
 	fs := newFlagSet("redrive", "redrive [--reason R[,R...]] [--since T] [--until T] [--from-offset N] [--to-offset N] [--dry-run] [flags]", e)
 	lf.register(fs)
 	kf.register(fs)
-	fs.StringVar(&cfg.DLQTopic, "dlq-topic", "documents.dlq", "dead-letter topic to read")
-	fs.StringVar(&cfg.Topic, "topic", "documents", "topic to publish the dead letters back to")
-	fs.StringVar(&cfg.Group, "group", "", "consumer group that keeps this redrive's position in the dead-letter topic (default: projector-redrive.<reasons>, or projector-redrive.all), so that a rerun sends nothing twice")
+	fs.StringVar(&cfg.DLQTopic, "dlq-topic", redrive.DefaultDLQTopic, "dead-letter topic to read")
+	fs.StringVar(&cfg.Topic, "topic", redrive.DefaultTopic, "topic to publish the dead letters back to")
+	fs.StringVar(&cfg.Group, "group", "", "consumer group that keeps this redrive's position in the dead-letter topic, so that a rerun sends nothing twice (default: named from the whole selection, projector-redrive.<reasons>[.<flag>=<value>...], or projector-redrive.all); never the projector's own group")
 	fs.StringVar(&reasons, "reason", "", "comma-separated projector-error-reason values to send back (default: every reason)")
 	fs.StringVar(&since, "since", "", "only dead letters written at or after this RFC 3339 time")
 	fs.StringVar(&until, "until", "", "only dead letters written before this RFC 3339 time")
@@ -54,10 +57,14 @@ func redriveCommand(ctx context.Context, args []string, e env) error {
 		return usageError(fmt.Errorf("--batch %d: want at least 1", cfg.Batch))
 	}
 	if cfg.Group == "" {
-		cfg.Group = "projector-redrive.all"
-		if len(sel.Reasons) > 0 {
-			cfg.Group = "projector-redrive." + strings.Join(sel.Reasons, ",")
-		}
+		cfg.Group = redrive.DefaultGroup(cfg)
+	}
+	faults, err := fault.FromEnv(e.getenv)
+	if err != nil {
+		return usageError(err)
+	}
+	if faults != nil {
+		cfg.Faults = faults
 	}
 	log, err := lf.logger(e)
 	if err != nil {
@@ -75,7 +82,7 @@ func redriveCommand(ctx context.Context, args []string, e env) error {
 	defer cl.Close()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	cfg.Source = func(ctx context.Context, topic string, partition int32, offset int64) (*kgo.Record, error) {
+	cfg.Source = func(ctx context.Context, topic string, partition int32, offset int64) (*kgo.Record, project.TopicID, error) {
 		return readAt(ctx, opts, topic, partition, offset)
 	}
 	list := func(r *kgo.Record) {
@@ -92,44 +99,55 @@ func redriveCommand(ctx context.Context, args []string, e env) error {
 			h[dlq.HeaderSourceTopic], h[dlq.HeaderSourcePartition], h[dlq.HeaderSourceOffset], value)
 	}
 	rep, err := redrive.Run(ctx, cl, log.With(zap.String("component", "redrive")), cfg, list)
+	if errors.Is(err, redrive.ErrForeignGroup) {
+		return usageError(err)
+	}
 	verb, n := "sent", rep.Sent
 	if cfg.DryRun {
 		verb, n = "would send", rep.Matched
 	}
 	fmt.Fprintf(e.stdout, "%s %d of %d dead letters read from %s to %s (group %s)\n", verb, n, rep.Scanned, cfg.DLQTopic, cfg.Topic, cfg.Group)
 	if rep.Skipped > 0 {
-		fmt.Fprintf(e.stdout, "skipped %d cut dead letters whose whole record is gone from the document topic (see the log)\n", rep.Skipped)
+		fmt.Fprintf(e.stdout, "skipped %d cut dead letters whose whole record is no longer at its source offset (see the log)\n", rep.Skipped)
 	}
 	return err
 }
 
-// readAt reads the record at topic/partition/offset with a client of its
-// own, for a dead letter that was cut: an error when the topic no longer
-// keeps it (retention deleted it, or compaction).
-func readAt(ctx context.Context, opts []kgo.Opt, topic string, partition int32, offset int64) (*kgo.Record, error) {
+// readAt reads the record at topic/partition/offset, and the topic's id,
+// with a client of its own, for a dead letter that was cut: an error when
+// the topic no longer keeps it (retention deleted it, or compaction).
+func readAt(ctx context.Context, opts []kgo.Opt, topic string, partition int32, offset int64) (*kgo.Record, project.TopicID, error) {
 	ctx, cancel := context.WithTimeout(ctx, kafkaTimeout)
 	defer cancel()
 	cl, err := kgo.NewClient(append(opts, kgo.ClientID("projector-redrive-source"),
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {partition: kgo.NewOffset().At(offset)}}),
 		kgo.ConsumeResetOffset(kgo.NoResetOffset()))...)
 	if err != nil {
-		return nil, fmt.Errorf("kafka client: %w", err)
+		return nil, project.TopicID{}, fmt.Errorf("kafka client: %w", err)
 	}
 	defer cl.Close()
+	topics, err := kadm.NewClient(cl).ListTopics(ctx, topic)
+	if err == nil {
+		err = topics.Error()
+	}
+	if err != nil {
+		return nil, project.TopicID{}, fmt.Errorf("describe topic %s: %w", topic, err)
+	}
+	id := project.TopicID(topics[topic].ID)
 	for {
 		fetches := cl.PollFetches(ctx)
 		if err := ctx.Err(); err != nil {
-			return nil, err
+			return nil, id, err
 		}
 		if err := fetches.Err(); err != nil {
-			return nil, err
+			return nil, id, err
 		}
 		for _, r := range fetches.Records() {
 			if r.Offset == offset {
-				return r, nil
+				return r, id, nil
 			}
 			if r.Offset > offset {
-				return nil, errors.New("the topic no longer holds that offset (compacted)")
+				return nil, id, errors.New("the topic no longer holds that offset (compacted)")
 			}
 		}
 	}

@@ -6,6 +6,10 @@ package fault
 
 import "context"
 
+// ExitCode is the status of an injected crash, so a test can tell it from
+// a real failure.
+const ExitCode = 86
+
 // Injector holds the faults of one process. A nil *Injector injects nothing,
 // so callers never need to check whether faults are enabled.
 type Injector struct {

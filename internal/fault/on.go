@@ -24,16 +24,15 @@ import (
 //	<point>=await:<path>         like hold, until a file exists at path: a
 //	                             test creates it once the other side of the
 //	                             interleaving it forces has happened
-//	drop-index=<substring>       the index skips documents whose key contains it
+//	drop-index=<substring>       the index skips the writes and withdrawals
+//	                             of documents whose key contains it
 //
 // Points: before-index, after-index, after-graph, after-relational (run);
 // before-repair-write (reconcile --repair, between reading the relational
-// copy and writing it).
+// copy and writing it); after-redrive-publish (redrive, between publishing a
+// batch and committing past it).
 const Env = "PROJECTOR_FAULTS"
 
-// ExitCode is the status of an injected crash, so a test can tell it from
-// a real failure.
-const ExitCode = 86
 
 type action struct {
 	exitProbability float64
@@ -139,11 +138,17 @@ type droppingIndex struct {
 }
 
 func (d *droppingIndex) Apply(ctx context.Context, w *project.Write) error {
-	kept := &project.Write{Withdrawn: w.Withdrawn}
+	kept := *w
+	kept.Live, kept.Withdrawn = nil, nil
 	for _, doc := range w.Live {
 		if !strings.Contains(doc.Key, d.substring) {
 			kept.Live = append(kept.Live, doc)
 		}
 	}
-	return d.Index.Apply(ctx, kept)
+	for _, doc := range w.Withdrawn {
+		if !strings.Contains(doc.Key, d.substring) {
+			kept.Withdrawn = append(kept.Withdrawn, doc)
+		}
+	}
+	return d.Index.Apply(ctx, &kept)
 }

@@ -8,27 +8,36 @@
 // it began, so it ends even while new dead letters arrive. It publishes the
 // records its Selection matches, with their original key, value (a
 // tombstone stays a tombstone) and headers, less the headers the projector
-// added, then commits the position it reached. A rerun of the same redrive
-// therefore sends nothing twice, unless it was killed between publishing and
-// committing: then it sends those records again, which the projector takes
-// as the redelivery it is. A dead letter cut to fit the dead-letter topic
-// (dlq.HeaderTruncated) is sent whole: its record is read again at its
-// source position, while the document topic keeps it.
+// added, plus project.HeaderOriginalPosition: the projector judges a
+// redriven record at its first place in the log, so it has the effect its
+// original would have had there, however late and however often it comes
+// back. The position committed in each partition is past the last letter
+// sent, never past one the selection did not send, so a group shared by a
+// narrow and a wide selection loses nothing to the narrow one. A redrive
+// killed between publishing and committing sends those records again, which
+// the projector takes as the redelivery it is. A dead letter cut to fit the
+// dead-letter topic (dlq.HeaderTruncated) is sent whole: its record is read
+// again at its source position, once its topic id and key show it is the
+// same record.
 package redrive
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
 
 	"github.com/projector/projector/internal/dlq"
+	"github.com/projector/projector/internal/project"
 )
 
 // HeaderRedrivenFrom names the dead letter a redriven record came from
@@ -74,49 +83,102 @@ func (s Selection) Match(r *kgo.Record) bool {
 // its key and value as they were (a nil value, a tombstone, stays nil) and
 // its headers without the projector's own (projector-error-*,
 // projector-source-* and an earlier projector-redriven-from), plus
-// HeaderRedrivenFrom. Correlation and other producers' headers are kept.
-func Original(r *kgo.Record, topic string) *kgo.Record { return original(r, topic, position(r)) }
+// HeaderRedrivenFrom and, when the letter says where it came from,
+// project.HeaderOriginalPosition. Correlation and other producers' headers
+// are kept, and so is the original position of a letter redriven before.
+func Original(r *kgo.Record, topic string) *kgo.Record { return original(r, r, topic) }
 
 // position names where r is: topic/partition/offset.
 func position(r *kgo.Record) string {
 	return r.Topic + "/" + strconv.Itoa(int(r.Partition)) + "/" + strconv.FormatInt(r.Offset, 10)
 }
 
-// original is Original with from as HeaderRedrivenFrom.
-func original(r *kgo.Record, topic, from string) *kgo.Record {
-	headers := make([]kgo.RecordHeader, 0, len(r.Headers)+1)
-	for _, h := range r.Headers {
-		if strings.HasPrefix(h.Key, "projector-error-") || strings.HasPrefix(h.Key, "projector-source-") || h.Key == HeaderRedrivenFrom {
+// original builds the record to send for the dead letter letter from src,
+// the record whose key, value and headers go back: the letter itself, or
+// the whole record read again at its source.
+func original(letter, src *kgo.Record, topic string) *kgo.Record {
+	headers := make([]kgo.RecordHeader, 0, len(src.Headers)+2)
+	orig := ""
+	for _, h := range src.Headers {
+		switch {
+		case h.Key == project.HeaderOriginalPosition:
+			orig = string(h.Value)
+			continue
+		case strings.HasPrefix(h.Key, "projector-error-") || strings.HasPrefix(h.Key, "projector-source-") || h.Key == HeaderRedrivenFrom:
 			continue
 		}
 		headers = append(headers, h)
 	}
-	headers = append(headers, kgo.RecordHeader{Key: HeaderRedrivenFrom, Value: []byte(from)})
-	return &kgo.Record{Topic: topic, Key: r.Key, Value: r.Value, Headers: headers}
+	if orig == "" {
+		if p, err := sourcePosition(letter); err == nil {
+			orig = p.String()
+		}
+	}
+	if orig != "" {
+		headers = append(headers, kgo.RecordHeader{Key: project.HeaderOriginalPosition, Value: []byte(orig)})
+	}
+	headers = append(headers, kgo.RecordHeader{Key: HeaderRedrivenFrom, Value: []byte(position(letter))})
+	return &kgo.Record{Topic: topic, Key: src.Key, Value: src.Value, Headers: headers}
+}
+
+// sourcePosition reads where the dead letter r came from out of its
+// projector-source-* headers.
+func sourcePosition(r *kgo.Record) (project.Position, error) {
+	topic := header(r, dlq.HeaderSourceTopic)
+	partition, perr := strconv.ParseInt(header(r, dlq.HeaderSourcePartition), 10, 32)
+	offset, oerr := strconv.ParseInt(header(r, dlq.HeaderSourceOffset), 10, 64)
+	if topic == "" || perr != nil || oerr != nil || partition < 0 || offset < 0 {
+		return project.Position{}, fmt.Errorf("the dead letter has no valid source position (%s/%s/%s)",
+			topic, header(r, dlq.HeaderSourcePartition), header(r, dlq.HeaderSourceOffset))
+	}
+	p := project.Position{Topic: topic, Partition: int32(partition), Offset: offset}
+	if id := header(r, dlq.HeaderSourceTopicID); id != "" {
+		var err error
+		if p.TopicID, err = project.ParseTopicID(id); err != nil {
+			return project.Position{}, fmt.Errorf("the dead letter's %s: %w", dlq.HeaderSourceTopicID, err)
+		}
+	}
+	return p, nil
 }
 
 // whole returns the record to send for the dead letter r: Original of r,
 // or, when r was cut, Original of the record read at r's source position
-// (its key, value and headers whole). A dry run reads nothing.
+// (its key, value and headers whole), once that record is shown to be the
+// one dead-lettered: its topic has the letter's topic id (a topic deleted
+// and created again restarts its offsets) and its key is the letter's (a
+// cut key is a prefix of it). A dry run reads nothing.
 func whole(ctx context.Context, cfg Config, r *kgo.Record) (*kgo.Record, error) {
-	if header(r, dlq.HeaderTruncated) == "" || cfg.DryRun {
+	truncated := header(r, dlq.HeaderTruncated)
+	if truncated == "" || cfg.DryRun {
 		return Original(r, cfg.Topic), nil
 	}
 	if cfg.Source == nil {
 		return nil, errors.New("no source to read cut dead letters from")
 	}
-	topic := header(r, dlq.HeaderSourceTopic)
-	partition, perr := strconv.ParseInt(header(r, dlq.HeaderSourcePartition), 10, 32)
-	offset, oerr := strconv.ParseInt(header(r, dlq.HeaderSourceOffset), 10, 64)
-	if topic == "" || perr != nil || oerr != nil {
-		return nil, fmt.Errorf("the dead letter has no valid source position (%s/%s/%s)",
-			topic, header(r, dlq.HeaderSourcePartition), header(r, dlq.HeaderSourceOffset))
-	}
-	src, err := cfg.Source(ctx, topic, int32(partition), offset)
+	at, err := sourcePosition(r)
 	if err != nil {
-		return nil, fmt.Errorf("read %s/%d/%d: %w", topic, partition, offset, err)
+		return nil, err
 	}
-	return original(src, cfg.Topic, position(r)), nil
+	src, id, err := cfg.Source(ctx, at.Topic, at.Partition, at.Offset)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", at, err)
+	}
+	if at.TopicID != (project.TopicID{}) && id != at.TopicID {
+		return nil, fmt.Errorf("topic %s was created again since the letter (id %s then, %s now): offset %d is another record", at.Topic, at.TopicID, id, at.Offset)
+	}
+	keyCut := slices.Contains(strings.Split(truncated, ","), "key")
+	if !bytes.Equal(src.Key, r.Key) && !(keyCut && bytes.HasPrefix(src.Key, r.Key)) {
+		return nil, fmt.Errorf("the record at %s has key %q, the letter %q: another record", at, trimKey(src.Key), trimKey(r.Key))
+	}
+	return original(r, src, cfg.Topic), nil
+}
+
+// trimKey bounds a key quoted in an error.
+func trimKey(k []byte) []byte {
+	if len(k) > 64 {
+		return k[:64]
+	}
+	return k
 }
 
 func header(r *kgo.Record, key string) string {
@@ -132,8 +194,8 @@ func header(r *kgo.Record, key string) string {
 type Config struct {
 	// DLQTopic is read, Topic written.
 	DLQTopic, Topic string
-	// Group holds the committed position in DLQTopic. One group is one
-	// selection's position: a redrive of other reasons needs its own.
+	// Group holds the committed position in DLQTopic; DefaultGroup names
+	// one for each selection.
 	Group     string
 	Selection Selection
 	// DryRun lists what would be sent and sends and commits nothing.
@@ -143,18 +205,72 @@ type Config struct {
 	Batch int
 	// Progress is how often a long redrive logs how far it got.
 	Progress time.Duration
-	// Source reads the record at a position of the document topic, for
-	// dead letters that were cut (dlq.HeaderTruncated); nil skips them.
-	Source func(ctx context.Context, topic string, partition int32, offset int64) (*kgo.Record, error)
+	// Source reads the record at a position of the document topic, and
+	// the topic's id, for dead letters that were cut (dlq.HeaderTruncated);
+	// nil skips them.
+	Source func(ctx context.Context, topic string, partition int32, offset int64) (*kgo.Record, project.TopicID, error)
+	// Faults, when set, is told FaultAfterPublish after each batch is
+	// published and before its position is committed (tests only).
+	Faults Faults
 }
+
+// Faults injects failures between the steps of a redrive (tests only).
+type Faults interface {
+	At(ctx context.Context, point string)
+}
+
+// FaultAfterPublish is the point between publishing a batch and committing
+// past it, where a crash sends the batch again on the next run.
+const FaultAfterPublish = "after-redrive-publish"
+
+// DefaultGroup names the position group of one redrive from everything that
+// selects its letters, so that a narrower or another redrive never moves a
+// position it does not own. The redrive of every letter of some reasons,
+// between the default topics, keeps the name it has always had
+// (projector-redrive.<reasons> or projector-redrive.all).
+func DefaultGroup(cfg Config) string {
+	name := "projector-redrive.all"
+	if len(cfg.Selection.Reasons) > 0 {
+		name = "projector-redrive." + strings.Join(cfg.Selection.Reasons, ",")
+	}
+	sel := cfg.Selection
+	for _, part := range []struct {
+		set         bool
+		flag, value string
+	}{
+		{cfg.DLQTopic != DefaultDLQTopic, "dlq-topic", cfg.DLQTopic},
+		{cfg.Topic != DefaultTopic, "topic", cfg.Topic},
+		{!sel.Since.IsZero(), "since", sel.Since.UTC().Format(time.RFC3339Nano)},
+		{!sel.Until.IsZero(), "until", sel.Until.UTC().Format(time.RFC3339Nano)},
+		{sel.From > 0, "from-offset", strconv.FormatInt(sel.From, 10)},
+		{sel.To >= 0, "to-offset", strconv.FormatInt(sel.To, 10)},
+	} {
+		if part.set {
+			name += "." + part.flag + "=" + part.value
+		}
+	}
+	return name
+}
+
+// The topics a redrive reads and writes unless told otherwise.
+const (
+	DefaultDLQTopic = "documents.dlq"
+	DefaultTopic    = "documents"
+)
 
 // Report says what a redrive did.
 type Report struct {
 	// Scanned records were read, Matched were selected, Sent were
 	// published (none in a dry run). Skipped were selected but cut, and
-	// their whole record could not be read at its source any more.
+	// their whole record could not be read at its source any more, or what
+	// is there now is another record; the position does not pass them
+	// unless a later letter of their partition is sent.
 	Scanned, Matched, Sent, Skipped int64
 }
+
+// ErrForeignGroup is returned, before anything is read or sent, when the
+// position group also holds positions in other topics.
+var ErrForeignGroup = errors.New("the redrive's group belongs to another consumer")
 
 // Lister receives each selected dead letter of a dry run.
 type Lister func(r *kgo.Record)
@@ -188,20 +304,24 @@ func Run(ctx context.Context, cl *kgo.Client, log *zap.Logger, cfg Config, list 
 	cl.AddConsumePartitions(map[string]map[int32]kgo.Offset{cfg.DLQTopic: consume})
 	defer cl.RemoveConsumePartitions(map[string][]int32{cfg.DLQTopic: keys(consume)})
 
-	reached := kadm.Offsets{}
+	// sent is, per partition, the position past the last letter sent;
+	// committed after each batch, it never passes a letter left unsent.
+	sent := kadm.Offsets{}
 	var batch []*kgo.Record
 	flush := func() error {
-		if !cfg.DryRun && len(batch) > 0 {
-			if err := cl.ProduceSync(ctx, batch...).FirstErr(); err != nil {
-				return fmt.Errorf("publish to %s: %w", cfg.Topic, err)
-			}
-			rep.Sent += int64(len(batch))
-		}
-		batch = batch[:0]
-		if cfg.DryRun || len(reached) == 0 {
+		if cfg.DryRun || len(batch) == 0 {
+			batch = batch[:0]
 			return nil
 		}
-		if err := adm.CommitAllOffsets(ctx, cfg.Group, reached); err != nil {
+		if err := cl.ProduceSync(ctx, batch...).FirstErr(); err != nil {
+			return fmt.Errorf("publish to %s: %w", cfg.Topic, err)
+		}
+		rep.Sent += int64(len(batch))
+		batch = batch[:0]
+		if cfg.Faults != nil {
+			cfg.Faults.At(ctx, FaultAfterPublish)
+		}
+		if err := adm.CommitAllOffsets(ctx, cfg.Group, sent); err != nil {
 			return fmt.Errorf("commit the position of group %s: %w", cfg.Group, err)
 		}
 		return nil
@@ -234,9 +354,9 @@ func Run(ctx context.Context, cl *kgo.Client, log *zap.Logger, cfg Config, list 
 						zap.Int64("offset", r.Offset), zap.Error(err))
 				} else {
 					batch = append(batch, out)
+					sent.Add(kadm.Offset{Topic: r.Topic, Partition: r.Partition, At: r.Offset + 1, LeaderEpoch: -1})
 				}
 			}
-			reached.Add(kadm.Offset{Topic: r.Topic, Partition: r.Partition, At: r.Offset + 1, LeaderEpoch: -1})
 			if r.Offset+1 >= end[r.Partition] {
 				delete(pending, r.Partition)
 			}
@@ -273,8 +393,24 @@ func bounds(ctx context.Context, adm *kadm.Client, topic, group string) (start, 
 		return nil, nil, fmt.Errorf("list the start offsets of %s: %w", topic, err)
 	}
 	committed, err := adm.FetchOffsets(ctx, group)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		// Some brokers say so of a group that never committed: the first
+		// redrive of a selection.
+		committed, err = kadm.OffsetResponses{}, nil
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("fetch the position of group %s: %w", group, err)
+	}
+	var others []string
+	committed.Each(func(o kadm.OffsetResponse) {
+		if o.Topic != topic && !slices.Contains(others, o.Topic) {
+			others = append(others, o.Topic)
+		}
+	})
+	if len(others) > 0 {
+		slices.Sort(others)
+		return nil, nil, fmt.Errorf("%w: group %s holds positions in %s, so it is another consumer's (the projector's own?); "+
+			"a redrive committing there would move them, give it a group of its own", ErrForeignGroup, group, strings.Join(others, ", "))
 	}
 	start, end = map[int32]int64{}, map[int32]int64{}
 	ends.Each(func(o kadm.ListedOffset) {
