@@ -98,6 +98,32 @@ func TestReplayRefusesWithLiveMember(t *testing.T) {
 	p.stop()
 }
 
+// TestReplayRemovesStoppedStaticMembers: a static member (as the
+// StatefulSet runs them) sends no LeaveGroup when it stops, so right after
+// scaling to zero the group still has it for the session timeout. replay
+// names it and why; --remove-static-members removes it and resets at once.
+func TestReplayRemovesStoppedStaticMembers(t *testing.T) {
+	w := newWorld(t, 1)
+	w.produce(doc{Key: w.key("a"), Version: 1, Chunks: []string{"x"}}.record())
+	p := w.start(nil, "--group-instance-id", w.group+"-0", "--session-timeout", "5m")
+	w.waitDrained(p, 2*time.Minute)
+	p.stop()
+	_, stderr, code := w.replay("--to", "earliest")
+	if code != 4 || !strings.Contains(stderr, "static (instance ids "+w.group+"-0)") || !strings.Contains(stderr, "--remove-static-members") {
+		t.Fatalf("replay after a static member stopped = exit %d, %q; want 4 naming the member and the way out", code, stderr)
+	}
+	if _, stderr, code := w.replay("--to", "earliest", "--remove-static-members", "--dry-run"); code != 2 {
+		t.Errorf("--remove-static-members with --dry-run = exit %d, %q; want 2", code, stderr)
+	}
+	stdout, stderr, code := w.replay("--to", "earliest", "--remove-static-members")
+	if code != 0 || !strings.Contains(stdout, "removed the static member(s) "+w.group+"-0") {
+		t.Fatalf("replay --remove-static-members = exit %d, %q\n%s", code, stdout, stderr)
+	}
+	if got := w.groupOffsets(); got[0] != 0 {
+		t.Errorf("committed offset = %d after the replay, want 0", got[0])
+	}
+}
+
 // TestReplayToTimeAndOffset resets to the first record at or after a time,
 // and to literal offsets, clamped to each partition's range.
 func TestReplayToTimeAndOffset(t *testing.T) {

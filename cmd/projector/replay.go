@@ -33,13 +33,14 @@ const kafkaTimeout = 30 * time.Second
 
 func replayCommand(ctx context.Context, args []string, e env) error {
 	var (
-		lf         logFlags
-		kf         kafkaFlags
-		topic      string
-		group      string
-		to         string
-		partitions string
-		dryRun     bool
+		lf           logFlags
+		kf           kafkaFlags
+		topic        string
+		group        string
+		to           string
+		partitions   string
+		dryRun       bool
+		removeStatic bool
 	)
 	fs := newFlagSet("replay", "replay --to earliest|<offset>|<RFC 3339 time> [flags]", e)
 	lf.register(fs)
@@ -49,12 +50,16 @@ func replayCommand(ctx context.Context, args []string, e env) error {
 	fs.StringVar(&to, "to", "", "where the group resumes: earliest, an offset (clamped to each partition's range), or an RFC 3339 time (the first record at or after it)")
 	fs.StringVar(&partitions, "partitions", "", "comma-separated partitions to reset (default: all)")
 	fs.BoolVar(&dryRun, "dry-run", false, "print the offsets the reset would commit, and change nothing (live members are then only warned about)")
+	fs.BoolVar(&removeStatic, "remove-static-members", false, "remove the group's static members (--group-instance-id) by instance id before the reset, once every projector of the group is stopped: a stopped static member stays for the session timeout")
 	if err := parse(fs, args, e); err != nil {
 		return err
 	}
 	target, err := parseReplayTarget(to)
 	if err != nil {
 		return usageError(err)
+	}
+	if dryRun && removeStatic {
+		return usageError(errors.New("--dry-run changes nothing, and --remove-static-members changes the group: give one"))
 	}
 	chosen, err := parsePartitions(partitions)
 	if err != nil {
@@ -73,7 +78,7 @@ func replayCommand(ctx context.Context, args []string, e env) error {
 		if n, err := liveMembers(ctx, adm, group); err == nil && n > 0 {
 			fmt.Fprintf(e.stderr, "projector replay: warning: consumer group %s has %d live member(s); stop them before the reset itself\n", group, n)
 		}
-	} else if err := requireNoMembers(ctx, adm, group, "resetting its offsets"); err != nil {
+	} else if err := requireNoMembers(ctx, adm, group, "resetting its offsets", removeStatic, e.stdout); err != nil {
 		return err
 	}
 	rows, err := planReplay(ctx, adm, topic, group, target, chosen)
@@ -162,32 +167,74 @@ func parsePartitions(s string) ([]int32, error) {
 // liveMembers returns the number of members of a consumer group; a group
 // that does not exist has none.
 func liveMembers(ctx context.Context, adm *kadm.Client, group string) (int, error) {
+	members, err := groupMembers(ctx, adm, group)
+	return len(members), err
+}
+
+// groupMembers returns the members of a consumer group; a group that does
+// not exist has none.
+func groupMembers(ctx context.Context, adm *kadm.Client, group string) ([]kadm.DescribedGroupMember, error) {
 	ctx, cancel := context.WithTimeout(ctx, kafkaTimeout)
 	defer cancel()
 	groups, err := adm.DescribeGroups(ctx, group)
 	if err != nil {
-		return 0, fmt.Errorf("describe group %s: %w", group, err)
+		return nil, fmt.Errorf("describe group %s: %w", group, err)
 	}
 	g, ok := groups[group]
 	if !ok || errors.Is(g.Err, kerr.GroupIDNotFound) {
-		return 0, nil
+		return nil, nil
 	}
 	if g.Err != nil {
-		return 0, fmt.Errorf("describe group %s: %w", group, g.Err)
+		return nil, fmt.Errorf("describe group %s: %w", group, g.Err)
 	}
-	return len(g.Members), nil
+	return g.Members, nil
 }
 
 // requireNoMembers refuses, with exit status 4, to go on while the group
 // has live members: they commit offsets and write the stores themselves.
-func requireNoMembers(ctx context.Context, adm *kadm.Client, group, doing string) error {
-	n, err := liveMembers(ctx, adm, group)
-	if err != nil {
+// A static member (--group-instance-id) sends no LeaveGroup when it stops,
+// so it stays a member for the group's session timeout; with
+// removeStatic, and no dynamic member left, requireNoMembers removes the
+// static ones by their instance ids (KIP-345) and says so on out. The
+// caller vouches that they are stopped: a running one would join again.
+func requireNoMembers(ctx context.Context, adm *kadm.Client, group, doing string, removeStatic bool, out io.Writer) error {
+	members, err := groupMembers(ctx, adm, group)
+	if err != nil || len(members) == 0 {
 		return err
 	}
-	if n > 0 {
-		return &exitError{code: exitGroupActive, err: fmt.Errorf(
-			"consumer group %s has %d live member(s); stop every `projector run` of the group before %s", group, n, doing)}
+	var static []string
+	for _, m := range members {
+		if m.InstanceID != nil {
+			static = append(static, *m.InstanceID)
+		}
+	}
+	if removeStatic && len(static) == len(members) {
+		if err := removeStaticMembers(ctx, adm, group, static); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "removed the static member(s) %s from consumer group %s\n", strings.Join(static, ", "), group)
+		return requireNoMembers(ctx, adm, group, doing, false, out)
+	}
+	msg := fmt.Sprintf("consumer group %s has %d live member(s); stop every `projector run` of the group before %s", group, len(members), doing)
+	if len(static) > 0 {
+		msg += fmt.Sprintf("; %d of them are static (instance ids %s), which stay in the group for its session timeout after they stop: "+
+			"once every one is stopped, wait that long or give --remove-static-members", len(static), strings.Join(static, ", "))
+	}
+	return &exitError{code: exitGroupActive, err: errors.New(msg)}
+}
+
+// removeStaticMembers removes the members of group with the instance ids.
+func removeStaticMembers(ctx context.Context, adm *kadm.Client, group string, ids []string) error {
+	ctx, cancel := context.WithTimeout(ctx, kafkaTimeout)
+	defer cancel()
+	resps, err := adm.LeaveGroup(ctx, kadm.LeaveGroup(group).InstanceIDs(ids...).Reason("projector replay --remove-static-members"))
+	if err != nil {
+		return fmt.Errorf("remove the static members of group %s: %w", group, err)
+	}
+	for _, r := range resps.Sorted() {
+		if r.Err != nil && !errors.Is(r.Err, kerr.UnknownMemberID) {
+			return fmt.Errorf("remove static member %s of group %s: %w", r.InstanceID, group, r.Err)
+		}
 	}
 	return nil
 }
