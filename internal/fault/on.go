@@ -33,7 +33,6 @@ import (
 // batch and committing past it).
 const Env = "PROJECTOR_FAULTS"
 
-
 type action struct {
 	exitProbability float64
 	pause           time.Duration
