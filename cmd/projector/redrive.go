@@ -85,19 +85,7 @@ func redriveCommand(ctx context.Context, args []string, e env) error {
 	cfg.Source = func(ctx context.Context, topic string, partition int32, offset int64) (*kgo.Record, project.TopicID, error) {
 		return readAt(ctx, opts, topic, partition, offset)
 	}
-	list := func(r *kgo.Record) {
-		h := map[string]string{}
-		for _, hd := range r.Headers {
-			h[hd.Key] = string(hd.Value)
-		}
-		value := strconv.Itoa(len(r.Value)) + " bytes"
-		if r.Value == nil {
-			value = "tombstone"
-		}
-		fmt.Fprintf(e.stdout, "would send partition=%d offset=%d reason=%s key=%q source=%s/%s/%s value=%s\n",
-			r.Partition, r.Offset, h[dlq.HeaderReason], r.Key,
-			h[dlq.HeaderSourceTopic], h[dlq.HeaderSourcePartition], h[dlq.HeaderSourceOffset], value)
-	}
+	list := func(r *kgo.Record) { fmt.Fprintln(e.stdout, dryRunLine(r)) }
 	rep, err := redrive.Run(ctx, cl, log.With(zap.String("component", "redrive")), cfg, list)
 	if errors.Is(err, redrive.ErrForeignGroup) {
 		return usageError(err)
@@ -111,6 +99,29 @@ func redriveCommand(ctx context.Context, args []string, e env) error {
 		fmt.Fprintf(e.stdout, "skipped %d cut dead letters whose whole record is no longer at its source offset (see the log)\n", rep.Skipped)
 	}
 	return err
+}
+
+// dryRunLine describes a dead letter a redrive would send: where it is,
+// why it failed, and where its event first was. A letter redriven and
+// dead-lettered again names its redriven copy as source and keeps the
+// first place in original=, which is where the projector judges it: two
+// lines with one original are one event.
+func dryRunLine(r *kgo.Record) string {
+	h := map[string]string{}
+	for _, hd := range r.Headers {
+		h[hd.Key] = string(hd.Value)
+	}
+	value := strconv.Itoa(len(r.Value)) + " bytes"
+	if r.Value == nil {
+		value = "tombstone"
+	}
+	line := fmt.Sprintf("would send partition=%d offset=%d reason=%s key=%q source=%s/%s/%s",
+		r.Partition, r.Offset, h[dlq.HeaderReason], r.Key,
+		h[dlq.HeaderSourceTopic], h[dlq.HeaderSourcePartition], h[dlq.HeaderSourceOffset])
+	if orig := h[project.HeaderOriginalPosition]; orig != "" {
+		line += " original=" + orig
+	}
+	return line + " value=" + value
 }
 
 // readAt reads the record at topic/partition/offset, and the topic's id,
