@@ -440,27 +440,34 @@ func (s *Store) upsert(ctx context.Context, w *project.Write) error {
 		if c := replaceable(d.Position); c != nil {
 			docReplace = qdrant.NewFilterAsCondition(&qdrant.Filter{Must: []*qdrant.Condition{qdrant.NewMatchKeyword("document_key", d.Key), c}})
 		}
+		// The condition goes into every call that holds a point of the
+		// document, and counts against UpsertMaxBytes there.
+		replaceBytes := proto.Size(docReplace) + 8 // with the field's tag and length
 		inCall := false
 		for _, c := range d.Chunks {
 			p, err := shared.point(&c)
 			var n int
 			if err == nil {
-				n, err = s.pointSize(p, &c)
+				n, err = s.pointSize(p, &c, replaceBytes)
 			}
 			if err != nil {
 				_ = g.Wait()
 				return err
 			}
-			if len(points) > 0 && size+n > s.cfg.UpsertMaxBytes {
+			need := n
+			if !inCall {
+				need += replaceBytes
+			}
+			if len(points) > 0 && size+need > s.cfg.UpsertMaxBytes {
 				flush()
-				inCall = false
+				inCall, need = false, n+replaceBytes
 			}
 			if !inCall {
 				replace = append(replace, docReplace)
 				inCall = true
 			}
 			points = append(points, p)
-			size += n
+			size += need
 			if len(points) == s.cfg.UpsertBatch {
 				flush()
 				inCall = false
@@ -481,12 +488,12 @@ func (s *Store) upsert(ctx context.Context, w *project.Write) error {
 }
 
 // pointSize returns the bytes p adds to an upsert request, and refuses a
-// point that would make a request over UpsertMaxBytes on its own: its
-// record's chunk, title and metadata are too large together, whatever the
-// batch.
-func (s *Store) pointSize(p *qdrant.PointStruct, c *project.Chunk) (int, error) {
+// point that would make a request over UpsertMaxBytes on its own, with
+// conditionBytes of its document's update_filter condition: its record's
+// chunk, title and metadata are too large together, whatever the batch.
+func (s *Store) pointSize(p *qdrant.PointStruct, c *project.Chunk, conditionBytes int) (int, error) {
 	n := proto.Size(p) + 8 // with the field's tag and length
-	if n+upsertOverhead+len(s.cfg.Collection) > s.cfg.UpsertMaxBytes {
+	if n+conditionBytes+upsertOverhead+len(s.cfg.Collection) > s.cfg.UpsertMaxBytes {
 		return 0, &project.StoreError{Store: project.StoreIndex, Kind: project.Rejected, Err: fmt.Errorf(
 			"point of chunk %s has %d bytes (text, title and metadata), over the %d bytes of one upsert (--qdrant-upsert-max-bytes)", c.ID, n, s.cfg.UpsertMaxBytes)}
 	}

@@ -166,16 +166,21 @@ func TestUpsertBoundedInBytes(t *testing.T) {
 	cfg.UpsertBatch, cfg.UpsertMaxBytes = 1000, maxBytes
 	bounded := &Store{client: client, cfg: cfg}
 
+	// A long topic name makes each document's condition on the points it
+	// may replace (the upsert's update_filter) as large as its point.
+	topic := strings.Repeat("t", 249)
 	tests := []struct {
 		name      string
 		title     int // bytes of the title, copied into every point
+		docs      int // documents of one chunk each, at a position, besides the one of chunks
 		chunks    int
-		wantCalls int
+		wantCalls int // 0: any number
 		rejected  bool
 	}{
-		{"small points, one call", 10, 20, 1, false},
-		{"large points, split", 10 << 10, 20, 4, false},
-		{"a point over the bound", 70 << 10, 1, 0, true},
+		{"small points, one call", 10, 0, 20, 1, false},
+		{"large points, split", 10 << 10, 0, 20, 4, false},
+		{"a point over the bound", 70 << 10, 0, 1, 0, true},
+		{"many documents, their conditions counted", 10, 300, 1, 0, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -186,11 +191,17 @@ func TestUpsertBoundedInBytes(t *testing.T) {
 			}
 			doc := storetest.Doc("b-"+strconv.Itoa(tt.title), 1, texts...)
 			doc.Title = strings.Repeat("t", tt.title)
-			err := bounded.Apply(context.Background(), &project.Write{Live: []project.Document{doc}})
+			w := &project.Write{Live: []project.Document{doc}}
+			for i := range tt.docs {
+				d := storetest.Doc("many-"+strconv.Itoa(i), 1, "one chunk")
+				d.Position = project.Position{Topic: topic, TopicID: project.TopicID{1}, Partition: 0, Offset: int64(i)}
+				w.Live = append(w.Live, d)
+			}
+			err := bounded.Apply(context.Background(), w)
 			if got := project.KindOf(err) == project.Rejected && err != nil; got != tt.rejected {
 				t.Fatalf("Apply = %v, rejected %v, want rejected %v", err, got, tt.rejected)
 			}
-			if len(sizes) != tt.wantCalls {
+			if tt.wantCalls > 0 && len(sizes) != tt.wantCalls || tt.rejected && len(sizes) != 0 {
 				t.Errorf("upsert calls = %d (%v bytes), want %d", len(sizes), sizes, tt.wantCalls)
 			}
 			for _, n := range sizes {
