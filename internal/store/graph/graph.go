@@ -221,7 +221,7 @@ REMOVE doc._lock
 WITH doc, d, doc.version AS stored
 OPTIONAL MATCH (t:WithdrawnDocument {key: d.key})
 WITH doc, d, stored, t, (t IS NULL OR t.version < d.version) AND (stored IS NULL OR stored < d.version OR (stored = d.version
-	AND NOT coalesce(doc.source_topic = d.topic AND doc.source_partition = d.partition AND (doc.source_topic_id IS NULL OR d.topic_id IS NULL OR doc.source_topic_id = d.topic_id) AND d.offset < doc.source_offset, false))) AS take
+	AND NOT ` + docHoldsLaterEvent + `)) AS take
 FOREACH (x IN CASE WHEN NOT take AND stored IS NULL THEN [doc] ELSE [] END | DELETE x)
 WITH doc, d, stored, t, take WHERE take
 SET doc.version = d.version, doc.title = d.title, doc.source = d.source,
@@ -229,6 +229,13 @@ SET doc.version = d.version, doc.title = d.title, doc.source = d.source,
 	doc.source_topic = d.topic, doc.source_topic_id = d.topic_id, doc.source_partition = d.partition, doc.source_offset = d.offset
 FOREACH (x IN CASE WHEN t IS NULL THEN [] ELSE [t] END | DELETE x)
 RETURN d.key AS key, stored IS NULL OR stored < d.version AS fresh`
+
+// docHoldsLaterEvent is true where the Document node doc holds an event of
+// the same log as the written row d, at a later offset: a late write or
+// withdrawal of d's version must leave it. Events of different logs (or of
+// unknown positions) are not ordered.
+const docHoldsLaterEvent = `coalesce(doc.source_topic = d.topic AND doc.source_partition = d.partition
+	AND (doc.source_topic_id IS NULL OR d.topic_id IS NULL OR doc.source_topic_id = d.topic_id) AND d.offset < doc.source_offset, false)`
 
 // holdsEvent is true where the Document node doc holds the event of the
 // written row d: its version at its log position (null when unknown).
@@ -297,7 +304,7 @@ UNWIND $docs AS d
 OPTIONAL MATCH (doc:Document {key: d.key})
 FOREACH (x IN CASE WHEN doc IS NULL THEN [] ELSE [doc] END | SET x._lock = true REMOVE x._lock)
 WITH d, doc WHERE doc IS NULL OR doc.version < d.version OR (doc.version = d.version
-	AND NOT coalesce(doc.source_topic = d.topic AND doc.source_partition = d.partition AND (doc.source_topic_id IS NULL OR d.topic_id IS NULL OR doc.source_topic_id = d.topic_id) AND d.offset < doc.source_offset, false))
+	AND NOT ` + docHoldsLaterEvent + `)
 FOREACH (x IN CASE WHEN doc IS NULL THEN [] ELSE [doc] END | DETACH DELETE x)
 WITH d WHERE d.topic IS NOT NULL
 MERGE (t:WithdrawnDocument {key: d.key})
