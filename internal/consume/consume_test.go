@@ -121,6 +121,12 @@ func (c *cluster) startFenced(group string, h Handler, fences Fences, tweak func
 	if err != nil {
 		c.t.Fatal(err)
 	}
+	return runMember(c.t, cons, status)
+}
+
+// runMember runs cons until its stop is called or the test ends, and fails
+// the test when Run returns an error on that requested stop.
+func runMember(t *testing.T, cons *Consumer, status *health.Status) *member {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- cons.Run(ctx) }()
@@ -130,11 +136,11 @@ func (c *cluster) startFenced(group string, h Handler, fences Fences, tweak func
 		once.Do(func() {
 			cancel()
 			if err := <-done; err != nil {
-				c.t.Errorf("Run = %v, want nil on a requested stop", err)
+				t.Errorf("Run = %v, want nil on a requested stop", err)
 			}
 		})
 	}
-	c.t.Cleanup(m.stop)
+	t.Cleanup(m.stop)
 	return m
 }
 
@@ -303,13 +309,7 @@ func TestStalledPollLoop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- cons.Run(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
+	defer runMember(t, cons, nil).stop()
 	waitFor(t, "the first records handled", func() bool { return count() == 3 })
 	if err := cons.Stalled(); err != nil {
 		t.Fatalf("Stalled with nothing lagging = %v, want nil", err)
@@ -543,13 +543,7 @@ func TestLagKnownFromAssignment(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- cons.Run(ctx) }()
-	defer func() {
-		cancel()
-		<-done
-	}()
+	defer runMember(t, cons, nil).stop()
 	waitFor(t, "the lag read at assignment", func() bool {
 		ps := cons.Partitions()
 		return len(ps) == 1 && ps[0].Lag == 10 && ps[0].OldestUncommittedSeconds > 0
