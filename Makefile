@@ -9,7 +9,7 @@ GOTEST_FLAGS ?= -count=1 -timeout 45m
 # at a time so their clean-ups cannot race.
 GOTEST_P    ?= 1
 
-.PHONY: all build test engine-test tools unit services services-down run up down demo lint fuzz bench
+.PHONY: all build test engine-test tools unit services services-down run up down demo lint fuzz bench explore
 
 all: build
 
@@ -32,6 +32,12 @@ engine-test:
 # the run.
 tools:
 	@scripts/install-prometheus-tools.sh || true
+
+# The interleaving explorer over every case (internal/explore): the late
+# writer, the owner and a repair held at every pair of their fault points,
+# on the real services. One case: EXPLORE_CASE='<name>' make explore.
+explore: services
+	eval "$$(scripts/services.sh env)" && EXPLORE=$${EXPLORE:-all} $(GO) test -count=1 -timeout 180m -run '^TestExplore$$' ./internal/explore
 
 # Unit tests only: integration tests skip (outside CI) when services are absent.
 unit:

@@ -122,7 +122,7 @@ func (w *world) close() {
 	_, _ = w.adm.DeleteTopics(ctx, w.topic, w.dlqTopic)
 	_, _ = w.adm.DeleteGroup(ctx, w.group)
 	_, _ = w.pg.Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{w.schema}.Sanitize()+" CASCADE")
-	if err := w.deleteGraph(ctx); err != nil {
+	if err := testenv.DeleteGraph(ctx, w.neo, w.prefix, w.topic); err != nil {
 		w.t.Errorf("the graph keeps nodes of this test: %v", err)
 	}
 	_ = w.qd.DeleteCollection(ctx, w.collection)
@@ -130,31 +130,6 @@ func (w *world) close() {
 	_ = w.neo.Close(ctx)
 	w.pg.Close()
 	w.kcl.Close()
-}
-
-// deleteGraph removes this world's nodes from the graph, which all tests
-// share, a few thousand a transaction: one transaction for the 300,000
-// nodes of TestBacklogMemory outgrows Neo4j's transaction memory, and its
-// nodes would stay behind in the store that `make run` uses.
-func (w *world) deleteGraph(ctx context.Context) error {
-	for _, match := range []string{
-		"MATCH (n:Chunk) WHERE n.document_key STARTS WITH $p",
-		"MATCH (n:Document) WHERE n.key STARTS WITH $p",
-		"MATCH (n:WithdrawnDocument) WHERE n.key STARTS WITH $p",
-		"MATCH (n:PartitionWriter) WHERE n.topic = $t",
-	} {
-		for {
-			res, err := neo4j.ExecuteQuery(ctx, w.neo, match+" WITH n LIMIT 5000 DETACH DELETE n RETURN count(*) AS deleted",
-				map[string]any{"p": w.prefix, "t": w.topic}, neo4j.EagerResultTransformer)
-			if err != nil {
-				return fmt.Errorf("%s: %w", match, err)
-			}
-			if deleted, _ := res.Records[0].Get("deleted"); deleted == int64(0) {
-				break
-			}
-		}
-	}
-	return nil
 }
 
 // key returns a document key private to this world.

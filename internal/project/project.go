@@ -479,6 +479,7 @@ func (p *Projector) undoUnfinished(ctx context.Context, w *Write, err error) err
 	}); rerr != nil {
 		return err
 	}
+	p.fault(ctx, "undo")
 	var ids []uuid.UUID
 	for _, d := range w.Live {
 		if st, ok := states[d.Key]; ok && !st.Withdrawn && st.Version == d.Version {
