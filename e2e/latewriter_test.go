@@ -14,16 +14,18 @@ import (
 	"github.com/projector/projector/internal/testenv"
 )
 
-// lateWriterCase is one interleaving TestLateWriterIsFenced forces.
+// lateWriterCase is one interleaving TestLateWriterIsFenced forces with
+// real processes; internal/explore enumerates them all in one process.
 type lateWriterCase struct {
 	newer string
 	// point is where the late member's batch waits: before its index
-	// write, before its graph write (after-index) or before its relational
-	// write (after-graph).
+	// write (and the token check before it), before its graph write
+	// (after-index) or before its relational write (after-graph).
 	point string
-	// crashAfterIndex kills the late member right after its index write,
-	// before any store could refuse it.
-	crashAfterIndex bool
+	// lands holds the late member just after the token check of its index
+	// write instead, lets its index write land after the owner's, and
+	// kills it there, so that only the owner's settle can remove it.
+	lands bool
 }
 
 // TestLateWriterIsFenced forces the late write that fencing stops. Two
@@ -32,15 +34,14 @@ type lateWriterCase struct {
 // to another consumer group, so nothing ever cancels its batch). The first
 // member's batch of v1 is held at a store write (the fault await) until the
 // second member has committed a newer event of the document; then it goes
-// on with a live context. The graph and the relational store must refuse
-// it in their transactions (the partition halts with reason fenced), and
-// the late member removes what it wrote to the index; killed right after
-// its index write instead, it leaves its points there when the newer event
-// is a withdrawal (the index keeps no memory of one), which reconcile
-// reports and --repair removes. Every store ends as the newer event left
-// it. Before fencing tokens and log positions in every store, a late write
-// after a withdrawal re-created the document in the graph, and a late
-// write of an earlier same-version event put its chunks back.
+// on with a live context. The token check before its index write, the
+// graph and the relational store must refuse it (the partition halts with
+// reason fenced), and it writes nothing more. Held after that check
+// instead, its index write lands after the owner's, and it is killed:
+// the owner settles the index once the late window is over, with no
+// operator action, and the removal shows in
+// projector_index_settled_points_total. Every store ends as the newer
+// event left it, with nothing for reconcile to find.
 func TestLateWriterIsFenced(t *testing.T) {
 	newer := map[string]func(key string) doc{
 		"new version": func(key string) doc { return doc{Key: key, Version: 2, Title: "two", Chunks: []string{"x"}} },
@@ -56,15 +57,17 @@ func TestLateWriterIsFenced(t *testing.T) {
 		for _, point := range []string{"before-index", "after-index", "after-graph"} {
 			cases = append(cases, lateWriterCase{newer: n, point: point})
 		}
-		cases = append(cases, lateWriterCase{newer: n, point: "before-index", crashAfterIndex: true})
 	}
+	// A landed late write waits out the late window (twice the index write
+	// timeout): two kinds, the others are the explorer's.
+	cases = append(cases, lateWriterCase{newer: "new version", lands: true}, lateWriterCase{newer: "withdrawal", lands: true})
 	for i, tc := range cases {
 		if i%testenv.Size(t, "E2E_LATE_WRITER_EVERY", 1, 1) != 0 {
 			continue
 		}
 		name := tc.newer + "/held " + tc.point
-		if tc.crashAfterIndex {
-			name += " then killed after its index write"
+		if tc.lands {
+			name = tc.newer + "/index write landed before a kill"
 		}
 		t.Run(name, func(t *testing.T) {
 			w := newWorld(t, 1)
@@ -75,20 +78,25 @@ func TestLateWriterIsFenced(t *testing.T) {
 			later := newer[tc.newer](key)
 			m.apply(v1)
 			m.apply(later)
-			var args []string
+			// The index write timeout must outlast the owner's start and
+			// drain for a held write to land after it; the late window is
+			// twice as long.
+			args := []string{"--index-write-timeout", "10s"}
 			if m.overwrite {
 				args = append(args, "--on-conflict", "overwrite")
 			}
 
 			release := filepath.Join(t.TempDir(), "release")
-			faults := tc.point + "=await:" + release
-			if tc.crashAfterIndex {
-				faults += ",after-index=exit:1"
+			point := tc.point
+			faults := point + "=await:" + release
+			if tc.lands {
+				point = "index-checked"
+				faults = point + "=await:" + release + ",after-index=exit:1"
 			}
 			late := w.start([]string{"PROJECTOR_FAULTS=" + faults}, append(args, "--group", w.group+"-late")...)
 			w.produce(v1.record())
-			waitFor(t, time.Minute, "the late member to hold its write at "+tc.point, func() bool {
-				return strings.Contains(late.log.String(), "fault: holding at "+tc.point)
+			waitFor(t, time.Minute, "the late member to hold its write at "+point, func() bool {
+				return strings.Contains(late.log.String(), "fault: holding at "+point)
 			})
 			w.produce(later.record())
 			owner := w.start(nil, args...)
@@ -97,26 +105,24 @@ func TestLateWriterIsFenced(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			if tc.crashAfterIndex {
+			if tc.lands {
 				waitFor(t, time.Minute, "the late member to crash after its index write", late.exited)
-				// Behind a newer version or a later event of its version,
-				// the index's own write removed the late points again; a
-				// withdrawal it has no memory of, so they stay for reconcile.
-				leftover := tc.newer == "withdrawal" || tc.newer == "tombstone"
-				r := w.reconcile("--repair")
-				if got := hasIndexLeftover(r, w.prefix, "late"); got != leftover {
-					t.Errorf("reconcile --repair found %v; want the late member's chunks in the index: %v", r.brief(w.prefix), leftover)
+				waitFor(t, time.Minute, "the owner to settle the index", func() bool {
+					return owner.metrics()[`projector_index_settles_total{result="changed"}`] == 1
+				})
+				if got := owner.metrics()[`projector_index_settled_points_total{action="removed"}`]; got < 1 {
+					t.Errorf("projector_index_settled_points_total{action=removed} = %v, want the late write's points counted", got)
 				}
 			} else {
 				waitFor(t, time.Minute, "the late member to halt the partition, fenced", func() bool {
 					return late.metrics()[`projector_partition_halts_total{reason="fenced"}`] == 1
 				})
 				refused := 0.0
-				for _, s := range []string{"graph", "relational"} {
+				for _, s := range []string{"index", "graph", "relational"} {
 					refused += late.metrics()[`projector_fenced_writes_total{store="`+s+`"}`]
 				}
 				if refused != 1 {
-					t.Errorf("projector_fenced_writes_total of the graph and relational store sum to %v, want 1", refused)
+					t.Errorf("projector_fenced_writes_total of the three stores sum to %v, want 1", refused)
 				}
 				if code, body := late.get("/readyz"); code != 503 || !strings.Contains(body, "fenced") && !strings.Contains(body, "newer writer") {
 					t.Errorf("the late member's /readyz = %d %q, want 503 naming the newer writer", code, body)
@@ -126,19 +132,11 @@ func TestLateWriterIsFenced(t *testing.T) {
 			owner.stop()
 			w.committedEqualsEnd()
 			w.checkStores(m)
+			if r := w.reconcile(); r.code != 0 {
+				t.Errorf("reconcile after the owner's settle = exit %d, found %v; want nothing", r.code, r.brief(w.prefix))
+			}
 		})
 	}
-}
-
-// hasIndexLeftover reports whether reconcile found chunks of the document
-// name in the index that the decision store does not hold.
-func hasIndexLeftover(r reconciled, prefix, name string) bool {
-	for _, line := range r.brief(prefix) {
-		if strings.HasPrefix(line, "index ") && strings.Contains(line, " "+name+" ") {
-			return true
-		}
-	}
-	return false
 }
 
 // TestFrozenMembers: three members write six partitions under a steady

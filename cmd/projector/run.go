@@ -31,7 +31,6 @@ import (
 	"github.com/projector/projector/internal/health"
 	"github.com/projector/projector/internal/httpserver"
 	"github.com/projector/projector/internal/project"
-	"github.com/projector/projector/internal/store/postgres"
 	"github.com/projector/projector/internal/trace"
 )
 
@@ -69,6 +68,7 @@ type runFlags struct {
 	revokeTimeout   time.Duration
 	groupInstanceID string
 	retryMax        time.Duration
+	indexWrite      time.Duration
 	traceTopic      string
 	migrate         bool
 	livenessTimeout time.Duration
@@ -112,6 +112,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.revokeTimeout, "revoke-timeout", 20*time.Second, "time a revoked partition's in-flight batches get to finish and commit before they are cancelled uncommitted; must be below --rebalance-timeout")
 	fs.StringVar(&f.groupInstanceID, "group-instance-id", "", "static group membership id (KIP-345): a restarted process with the same id gets its partitions back at once; one distinct id per process (e.g. the pod name of a StatefulSet)")
 	fs.DurationVar(&f.retryMax, "retry-max", 30*time.Second, "longest wait between retries of a failing store")
+	fs.DurationVar(&f.indexWrite, "index-write-timeout", project.DefaultIndexWriteTimeout, "longest time an index write may take after its check of the partition's fencing token; the owner of a partition taken from a member that did not release it settles the index twice this long after (docs/write-order.md); the same on every member")
 	fs.StringVar(&f.adminAddr, "admin-addr", "", "serve the admin endpoint (list partitions, resume a halted one) on this address, e.g. 127.0.0.1:8081; off when empty; anything but loopback needs --admin-token-file")
 	f.adminToken.envVar = adminTokenEnv
 	fs.Var(&f.adminToken, "admin-token-file", "file holding the bearer token the admin endpoint requires (or set "+adminTokenEnv+")")
@@ -287,12 +288,14 @@ func serve(ctx context.Context, f *runFlags, log *zap.Logger, reg *prometheus.Re
 	proj := project.New(project.Config{
 		OnConflict: onConflict, OnFenceMismatch: onMismatch, FenceRetries: f.fenceRetries,
 		MaxBatchChunks: f.maxBatchChunks, MaxBatchBytes: f.maxBatchBytes, Writer: f.instanceID, RetryMax: f.retryMax,
+		IndexWriteTimeout: f.indexWrite,
 	}, log.With(zap.String("component", "project")), reg, project.Deps{
 		Decoder:     dec,
 		Embedder:    embedder,
 		Index:       faults.WrapIndex(st.index),
 		Graph:       st.graph,
 		Relational:  st.relational,
+		Settlement:  st.relational,
 		Fences:      fence.New(fenceMode, reg, st.index, st.graph, st.relational),
 		DeadLetters: dlq.New(producer, large, dlq.Config{Topic: f.dlqTopic, MaxMessageBytes: dlqLimit}, reg),
 		Health:      status,
@@ -304,8 +307,9 @@ func serve(ctx context.Context, f *runFlags, log *zap.Logger, reg *prometheus.Re
 		FetchMaxBytes: int32(f.fetchMaxBytes), FetchMaxPartitionBytes: int32(f.fetchPartBytes), ShutdownTimeout: f.shutdownTimeout,
 		SessionTimeout: f.sessionTimeout, RebalanceTimeout: f.rebalance, RevokeTimeout: f.revokeTimeout, InstanceID: f.groupInstanceID,
 		StallTimeout: f.livenessTimeout,
-	}, log.With(zap.String("component", "consume")), reg, status, proj, fenceSource{st.relational, f.instanceID}, append(base, kgo.ClientID("projector"),
-		kgo.WithHooks(kprom.NewMetrics("projector_kafka", kprom.Registerer(reg))))...)
+	}, log.With(zap.String("component", "consume")), reg, status, proj,
+		project.NewFencing(st.relational, st.graph, f.instanceID, f.indexWrite, nil, faults), append(base, kgo.ClientID("projector"),
+			kgo.WithHooks(kprom.NewMetrics("projector_kafka", kprom.Registerer(reg))))...)
 	if err != nil {
 		return err
 	}
@@ -477,15 +481,4 @@ func kafkaUnreachable(err error) bool {
 		return op.Op != "remote error" // a TLS alert from the broker, e.g. a rejected client certificate
 	}
 	return errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
-}
-
-// fenceSource takes partitions' fencing tokens from the relational store in
-// this process's name, for the consumer.
-type fenceSource struct {
-	rel    *postgres.Store
-	writer string
-}
-
-func (f fenceSource) AcquireFence(ctx context.Context, topic string, partition int32) (project.Fence, error) {
-	return f.rel.AcquireFence(ctx, topic, partition, f.writer)
 }

@@ -49,13 +49,19 @@ import (
 // batches of one partition that share no record key.
 type Handler interface {
 	Handle(ctx context.Context, fence project.Fence, topicID project.TopicID, recs []*kgo.Record) error
+	// Settle settles the index for the partition of fence once no index
+	// write of an earlier owner can land any more (fence.LateUntil); the
+	// worker calls it once per assignment, between batches.
+	Settle(ctx context.Context, fence project.Fence) error
 }
 
 // Fences gives a member its claim on a partition when the partition is
 // assigned to it: a token newer than every earlier owner's, which the
-// stores check on every write (project.Fence).
+// stores check on every write (project.Fence), and takes it back when the
+// member stops writing the partition with nothing on its way.
 type Fences interface {
 	AcquireFence(ctx context.Context, topic string, partition int32) (project.Fence, error)
+	ReleaseFence(ctx context.Context, fence project.Fence) error
 }
 
 // Config is the consumer's configuration.

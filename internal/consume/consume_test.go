@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -77,6 +78,9 @@ func newClusterKeys(t *testing.T, partitions int32, keys []string) *cluster {
 func (c *cluster) committed(group string) map[int32]int64 {
 	c.t.Helper()
 	offsets, err := c.adm.FetchOffsets(context.Background(), group)
+	if errors.Is(err, kerr.GroupIDNotFound) {
+		return map[int32]int64{} // nothing committed yet
+	}
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -150,6 +154,8 @@ type handlerFunc func(ctx context.Context, recs []*kgo.Record) error
 func (f handlerFunc) Handle(ctx context.Context, _ project.Fence, _ project.TopicID, recs []*kgo.Record) error {
 	return f(ctx, recs)
 }
+
+func (handlerFunc) Settle(context.Context, project.Fence) error { return nil }
 
 // waitFor polls cond until it holds; it fails the test only when cond never
 // holds, so no assertion depends on how long anything takes.
@@ -447,11 +453,30 @@ func TestThrottledPartitionIsNotStalled(t *testing.T) {
 
 // memFences hands out a token per partition that grows with every
 // acquisition, as the relational store does; failures fail the next
-// acquisitions.
+// acquisitions. Every fence is late for late; released records the
+// released tokens per partition.
 type memFences struct {
 	mu       sync.Mutex
 	tokens   map[int32]int64
 	failures int
+	late     time.Duration
+	released map[int32][]int64
+}
+
+func (f *memFences) ReleaseFence(_ context.Context, fence project.Fence) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.released == nil {
+		f.released = map[int32][]int64{}
+	}
+	f.released[fence.Partition] = append(f.released[fence.Partition], fence.Token)
+	return nil
+}
+
+func (f *memFences) releasedTokens(p int32) []int64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.released[p])
 }
 
 func (f *memFences) AcquireFence(_ context.Context, topic string, partition int32) (project.Fence, error) {
@@ -465,7 +490,11 @@ func (f *memFences) AcquireFence(_ context.Context, topic string, partition int3
 		f.tokens = map[int32]int64{}
 	}
 	f.tokens[partition]++
-	return project.Fence{Topic: topic, Partition: partition, Token: f.tokens[partition]}, nil
+	fence := project.Fence{Topic: topic, Partition: partition, Token: f.tokens[partition]}
+	if f.late > 0 {
+		fence.LateUntil = time.Now().Add(f.late)
+	}
+	return fence, nil
 }
 
 // fencedHandler records the fence of every batch by partition.
@@ -486,6 +515,8 @@ func (h *fencedHandler) Handle(_ context.Context, fence project.Fence, _ project
 	h.seen[fence.Partition] = append(h.seen[fence.Partition], fence.Token)
 	return nil
 }
+
+func (h *fencedHandler) Settle(context.Context, project.Fence) error { return nil }
 
 func (h *fencedHandler) tokens(p int32) []int64 {
 	h.mu.Lock()

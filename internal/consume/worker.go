@@ -2,6 +2,7 @@ package consume
 
 import (
 	"context"
+	"errors"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -207,30 +208,77 @@ func (w *worker) run(ctx context.Context) {
 	var (
 		backlog  []batch
 		inflight []*flight
+		// cut is set once a batch or the settle was cancelled before it
+		// ended: a write of it may still be on its way, so the partition
+		// is not released.
+		cut bool
 	)
+	// The settle is due once no index write of an earlier owner can land
+	// (fence.LateUntil; at once when none can): no batch starts from then
+	// until it has run, so that nothing else writes the documents it
+	// compares.
+	settleTimer := time.NewTimer(time.Until(fence.LateUntil))
+	defer settleTimer.Stop()
+	due := settleTimer.C
+	var settleDue bool
+	var settling *flight
 	quit := w.quit
 	for {
-		for quit != nil && len(backlog) > 0 && len(inflight) < w.c.cfg.BatchesInFlight && disjoint(backlog[0].recs, inflight) {
+		for !settleDue && quit != nil && len(backlog) > 0 && len(inflight) < w.c.cfg.BatchesInFlight && disjoint(backlog[0].recs, inflight) {
 			inflight = append(inflight, w.start(ctx, fence, backlog[0]))
 			backlog = backlog[1:]
 		}
-		if quit == nil && len(inflight) == 0 {
+		if settleDue && settling == nil && len(inflight) == 0 && quit != nil {
+			settling = w.settle(ctx, fence)
+		}
+		if quit == nil && len(inflight) == 0 && settling == nil {
+			if !cut && ctx.Err() == nil {
+				w.release(fence)
+			}
 			return
 		}
 		var ready <-chan struct{}
-		if quit != nil && len(backlog) == 0 && len(inflight) < w.c.cfg.BatchesInFlight {
+		if quit != nil && !settleDue && len(backlog) == 0 && len(inflight) < w.c.cfg.BatchesInFlight {
 			ready = w.ready
 		}
-		var oldest <-chan struct{}
+		var oldest, settled <-chan struct{}
 		if len(inflight) > 0 {
 			oldest = inflight[0].done
+		}
+		if settling != nil {
+			settled = settling.done
 		}
 		select {
 		case <-quit:
 			// Revoked: the batches in flight may finish and commit (within
 			// RevokeTimeout); the rest is left uncommitted for the
-			// partition's next owner.
+			// partition's next owner, and so is the settle, whose
+			// documents stay recorded for it.
 			quit, backlog = nil, nil
+			if settling != nil {
+				settling.cancel()
+				cut = true
+			}
+		case <-due:
+			due, settleDue = nil, true
+		case <-settled:
+			s := settling
+			settling = nil
+			if quit == nil || ctx.Err() != nil {
+				continue
+			}
+			if s.err != nil {
+				// Settled again once the partition is resumed.
+				inflight, backlog = nil, nil
+				if _, fenced := errors.AsType[*project.FencedError](s.err); fenced {
+					s.err = &project.HaltError{Reason: project.HaltFenced, Err: s.err}
+				}
+				if !w.halt(s.err) {
+					return
+				}
+				continue
+			}
+			settleDue = false
 		case <-ready:
 			if p, ok := w.take(); ok {
 				backlog = w.split(p)
@@ -251,6 +299,7 @@ func (w *worker) run(ctx context.Context) {
 				// The later batches must not be committed past this one:
 				// they are cancelled, and fetching starts again at this
 				// batch's first record once the partition is resumed.
+				cut = cut || len(inflight) > 0
 				land(inflight)
 				inflight, backlog = nil, nil
 				if !w.halt(f.err) {
@@ -263,6 +312,36 @@ func (w *worker) run(ctx context.Context) {
 				w.popPending()
 			}
 		}
+	}
+}
+
+// settle runs the partition's settle in a goroutine of its own, which run
+// owns like a batch's.
+func (w *worker) settle(ctx context.Context, fence project.Fence) *flight {
+	ctx, cancel := context.WithCancel(ctx)
+	f := &flight{cancel: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(f.done)
+		defer cancel()
+		f.err = w.c.handler.Settle(ctx, fence)
+	}()
+	return f
+}
+
+// releaseTimeout bounds the release of a partition's token.
+const releaseTimeout = 2 * time.Second
+
+// release tells the partition's next owner that this member stopped
+// writing it with nothing on its way, so it need not wait out a late index
+// write; a release that fails only makes it wait.
+func (w *worker) release(fence project.Fence) {
+	if w.c.fences == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), releaseTimeout)
+	defer cancel()
+	if err := w.c.fences.ReleaseFence(ctx, fence); err != nil {
+		w.log.Warn("cannot release the partition's fencing token; its next owner waits out the late window", zap.Error(err))
 	}
 }
 

@@ -102,22 +102,27 @@ var splits = []split{
 }
 
 // The fault points of a projection, in the order a batch passes them
-// (internal/project), and the explorer's own between a batch's fence and
-// its commit. The late writer also has the point of its clean-up.
+// (internal/project): the late writer's, and the owner's, which also has
+// the point between taking its token and raising the graph's to it, the
+// explorer's own between a batch's fence and its commit, and the settle's.
+// A re-projection after a fence mismatch passes "reproject" and the batch
+// points again; a case whose point is never reached is skipped.
 var (
-	batchPoints = []string{"before-index", "after-index", "after-graph", "after-relational"}
-	latePoints  = append(append([]string{}, batchPoints...), "undo")
+	batchPoints  = []string{"before-index", "index-checked", "after-index", "after-graph", "after-relational", "reproject"}
+	latePoints   = batchPoints
+	settlePoints = []string{"settle", "settle-write"}
 )
 
-// ownerPoints are the owner's points over its batches, numbered by batch.
+// ownerPoints are the owner's points: its token, its batches' (numbered by
+// batch) and its settle's.
 func ownerPoints(s split) []string {
-	var out []string
+	out := []string{"token"}
 	for n := range s.b {
 		for _, p := range append(append([]string{}, batchPoints...), "commit") {
 			out = append(out, fmt.Sprintf("%d.%s", n+1, p))
 		}
 	}
-	return out
+	return append(out, settlePoints...)
 }
 
 // order says who goes on first once both writers are held: the late

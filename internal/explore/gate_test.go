@@ -20,6 +20,10 @@ type gate struct {
 	passed  []string
 	stopped chan string
 	resume  chan string
+	// journal, when set, is told when the owner has taken its token (the
+	// point "token").
+	journal *journal
+	who     string
 }
 
 // anyPoint as a target holds the writer at whatever point comes next.
@@ -44,6 +48,9 @@ func (g *gate) At(_ context.Context, point string) {
 	g.passed = append(g.passed, point)
 	hold := g.target == anyPoint || g.target == point
 	g.mu.Unlock()
+	if point == stepToken && g.journal != nil {
+		g.journal.add(entry{who: g.who, call: stepToken})
+	}
 	if !hold {
 		return
 	}

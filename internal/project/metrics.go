@@ -9,12 +9,16 @@ import (
 // metrics are the projector's own series; the fence and the consumer
 // register theirs.
 type metrics struct {
-	records      *prometheus.CounterVec
-	deadLetters  *prometheus.CounterVec
-	storeWrite   *prometheus.HistogramVec
-	storeErrors  *prometheus.CounterVec
-	limitErrors  *prometheus.CounterVec
-	fenced       *prometheus.CounterVec
+	records     *prometheus.CounterVec
+	deadLetters *prometheus.CounterVec
+	storeWrite  *prometheus.HistogramVec
+	storeErrors *prometheus.CounterVec
+	limitErrors *prometheus.CounterVec
+	fenced      *prometheus.CounterVec
+	// settled counts the points the settles changed, by action; settles
+	// the settles run, by result.
+	settled      *prometheus.CounterVec
+	settles      *prometheus.CounterVec
 	batchRecords prometheus.Histogram
 	batchSeconds prometheus.Histogram
 	fenceSeconds prometheus.Histogram
@@ -50,6 +54,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "projector_fenced_writes_total",
 			Help: "Batches a store refused because their partition has a newer writer (another member was assigned it), by the store that refused.",
 		}, []string{"store"}),
+		settled: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "projector_index_settled_points_total",
+			Help: "Index points a settle changed after a partition changed hands, by action: removed (a late write of an earlier owner, or of one that died, that the relational store does not hold) or restored (a current chunk missing or of another event).",
+		}, []string{"action"}),
+		settles: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "projector_index_settles_total",
+			Help: "Settles of the index after taking a partition, by result: clean (nothing to change), changed, or failed (given up: the partition was lost or the service stopped).",
+		}, []string{"result"}),
 		batchRecords: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "projector_batch_records",
 			Help:    "Records per handled batch.",
@@ -71,6 +83,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Buckets: latencyBuckets,
 		}),
 	}
+	for _, a := range []string{settleRemoved, settleRestored} {
+		m.settled.WithLabelValues(a)
+	}
+	for _, r := range []string{settleClean, settleChanged, settleFailed} {
+		m.settles.WithLabelValues(r)
+	}
 	for _, o := range []Outcome{OutcomeProjected, OutcomeRedelivered, OutcomeStale, OutcomeWithdrawn, OutcomeConflict, OutcomeDLQ} {
 		m.records.WithLabelValues(string(o))
 	}
@@ -86,6 +104,6 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	for _, r := range append(event.Reasons(), ReasonVersionConflict, ReasonFenceMismatch, ReasonStoreRejected, ReasonInvalidPosition) {
 		m.deadLetters.WithLabelValues(string(r))
 	}
-	reg.MustRegister(m.records, m.deadLetters, m.storeWrite, m.storeErrors, m.limitErrors, m.fenced, m.batchRecords, m.batchSeconds, m.fenceSeconds, m.embedSeconds)
+	reg.MustRegister(m.records, m.deadLetters, m.storeWrite, m.storeErrors, m.limitErrors, m.fenced, m.settled, m.settles, m.batchRecords, m.batchSeconds, m.fenceSeconds, m.embedSeconds)
 	return m
 }

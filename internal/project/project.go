@@ -139,7 +139,30 @@ type Config struct {
 	Writer string
 	// RetryMin and RetryMax bound the exponential backoff of store retries.
 	RetryMin, RetryMax time.Duration
+	// IndexWriteTimeout bounds how late an index write of this process can
+	// land: each one follows a check that its token is still the
+	// partition's newest (Relational.CheckFence) and must end within this
+	// long of it, or it is given up and tried again after a new check. A
+	// member that lost its partition without knowing it (frozen, cut off)
+	// can therefore write the index for at most this long after the new
+	// owner took its token; the new owner settles the index once that is
+	// over (Settle, docs/write-order.md). Every member of a group must use
+	// the same value.
+	IndexWriteTimeout time.Duration
 }
+
+// DefaultIndexWriteTimeout is Config.IndexWriteTimeout unless configured:
+// well above an index write of a full batch on a loaded server, well below
+// a group's session timeout.
+const DefaultIndexWriteTimeout = 10 * time.Second
+
+// LateWindow is how long after a member took a partition from one that
+// did not release it a late index write of that one may still land: its
+// IndexWriteTimeout after its last token check, which came before the new
+// owner's token, plus as much again for a request its server received
+// just before the deadline and applies after it, and for clocks that run
+// at slightly different rates. The owner settles the index then.
+func LateWindow(indexWriteTimeout time.Duration) time.Duration { return 2 * indexWriteTimeout }
 
 // Deps are the parts a Projector drives.
 type Deps struct {
@@ -153,9 +176,30 @@ type Deps struct {
 	Health      *health.Status
 	// Tracer, when set, receives every record at each stage.
 	Tracer Tracer
+	// Settlement is what Settle reads of the relational store.
+	Settlement Settlement
 	// Faults, when set, is told each point between two store writes; the
 	// crash tests use it to stop the process exactly there.
 	Faults Faults
+	// Clock measures the index writes' bound (nil: the system's); the
+	// interleaving explorer passes the bound without waiting for it.
+	Clock Clock
+}
+
+// Clock is the time of the index writes' bound.
+type Clock interface {
+	Now() time.Time
+	// WithTimeout is context.WithTimeout on this clock.
+	WithTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc)
+}
+
+// systemClock is the process's clock.
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+func (systemClock) WithTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, d)
 }
 
 // Stage is a step of an event's path, written to the trace topic.
@@ -218,6 +262,12 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer, d Deps) *Projec
 	}
 	if cfg.MaxBatchBytes <= 0 {
 		cfg.MaxBatchBytes = DefaultMaxBatchBytes
+	}
+	if cfg.IndexWriteTimeout <= 0 {
+		cfg.IndexWriteTimeout = DefaultIndexWriteTimeout
+	}
+	if d.Clock == nil {
+		d.Clock = systemClock{}
 	}
 	return &Projector{cfg: cfg, log: log, m: newMetrics(reg), d: d}
 }
@@ -335,16 +385,19 @@ func (p *Projector) handle(ctx context.Context, fence Fence, items []item) error
 	}
 	w.Fence = fence
 	if !w.Empty() {
+		// A batch that fails here writes nothing more: a fenced writer no
+		// longer owns the stores, and a cut-short one may not. What it left
+		// in the index is settled by the partition's owner.
 		err := p.apply(ctx, w, pl.ledger)
 		if KindOf(err) == Rejected && ctx.Err() == nil {
 			return p.isolate(ctx, fence, items, err)
 		}
 		if err != nil {
-			return p.undoUnfinished(ctx, w, err)
+			return err
 		}
 		letters, err := p.fence(ctx, w, items)
 		if err != nil {
-			return p.undoUnfinished(ctx, w, err)
+			return err
 		}
 		if err := p.sendLetters(ctx, letters); err != nil {
 			return err
@@ -412,11 +465,16 @@ func (p *Projector) buildWrite(ctx context.Context, pl *plan) (*Write, error) {
 // it succeeds. A later store is never written before an earlier one
 // acknowledged: see docs/write-order.md.
 func (p *Projector) apply(ctx context.Context, w *Write, ledger []LedgerEntry) error {
+	// Records the documents for the settle while a late index write of an
+	// earlier owner may still land over this one.
+	w.Settle = p.d.Clock.Now().Before(w.Fence.LateUntil)
 	steps := []struct {
 		store string
 		write func(context.Context) error
 	}{
-		{StoreIndex, func(ctx context.Context) error { return p.d.Index.Apply(ctx, w) }},
+		{StoreIndex, func(ctx context.Context) error {
+			return p.writeIndex(ctx, w.Fence, func(ctx context.Context) error { return p.d.Index.Apply(ctx, w) })
+		}},
 		{StoreGraph, func(ctx context.Context) error { return p.d.Graph.Apply(ctx, w) }},
 		{StoreRelational, func(ctx context.Context) error { return p.d.Relational.Apply(ctx, w, ledger) }},
 	}
@@ -438,76 +496,55 @@ func (p *Projector) apply(ctx context.Context, w *Write, ledger []LedgerEntry) e
 	return nil
 }
 
+// writeIndex makes one attempt of an index write under its bound: only
+// once the relational store says that f is still the partition's newest
+// token, and only for IndexWriteTimeout from then, so that a member which
+// lost the partition writes the index for at most that long after the new
+// owner took its token (Config.IndexWriteTimeout). A write that runs out
+// of time fails and is tried again, after a new check, by the caller's
+// retry; a refused check is the index's refusal (a *FencedError), and the
+// writer stops. Unfenced writes (token 0) are not bounded.
+func (p *Projector) writeIndex(ctx context.Context, f Fence, write func(context.Context) error) error {
+	if f.Token == 0 {
+		return write(ctx)
+	}
+	// The bound starts before the check, so that a writer stopped
+	// anywhere between the two (frozen, descheduled) cannot write later.
+	ictx, cancel := p.d.Clock.WithTimeout(ctx, p.cfg.IndexWriteTimeout)
+	defer cancel()
+	err := p.d.Relational.CheckFence(ictx, f)
+	if fenced, ok := errors.AsType[*FencedError](err); ok {
+		refused := *fenced
+		refused.Store = StoreIndex
+		return &refused
+	}
+	if err == nil {
+		p.fault(ictx, "index-checked")
+		err = write(ictx)
+	}
+	if err != nil && ictx.Err() != nil && ctx.Err() == nil {
+		return &StoreError{Store: StoreIndex, Kind: Transient, Err: fmt.Errorf("index write not done within %s of its token check (--index-write-timeout): %w", p.cfg.IndexWriteTimeout, err)}
+	}
+	return err
+}
+
 func (p *Projector) fault(ctx context.Context, point string) {
 	if p.d.Faults != nil {
 		p.d.Faults.At(ctx, point)
 	}
 }
 
-// undoTimeout bounds undoUnfinished's store calls, which it makes after
-// the batch's own context ended.
-const undoTimeout = 5 * time.Second
-
-// undoUnfinished returns err; when the batch did not finish because a store
-// refused its fence (a *FencedError) or because its context ended (its
-// partition was lost or revoked past --revoke-timeout, or the service is
-// stopping), it first removes from the index the chunks w wrote there that
-// the current state does not hold. The index took w before the graph or
-// the relational store refused it, or before the batch was cut short, and
-// has no transaction to take it back in. A chunk the current state holds
-// stays: a write of the same version shares its ids. The calls get
-// undoTimeout of their own, since the batch's context may have ended. What
-// this does not get to remove (the process dies first), reconcile finds in
-// the index as chunks of no live version, and --repair removes
-// (docs/write-order.md, "A writer that lost its partition").
-func (p *Projector) undoUnfinished(ctx context.Context, w *Write, err error) error {
-	fenced, isFenced := errors.AsType[*FencedError](err)
-	if (!isFenced && ctx.Err() == nil) || len(w.Live) == 0 {
-		return err
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), undoTimeout)
-	defer cancel()
-	keys := make([]string, len(w.Live))
-	for i, d := range w.Live {
-		keys[i] = d.Key
-	}
-	var states map[string]State
-	if rerr := p.retry(ctx, StoreRelational, func(ctx context.Context) error {
-		var err error
-		states, err = p.d.Relational.States(ctx, Fence{}, keys)
-		return err
-	}); rerr != nil {
-		return err
-	}
-	p.fault(ctx, "undo")
-	var ids []uuid.UUID
-	for _, d := range w.Live {
-		if st, ok := states[d.Key]; ok && !st.Withdrawn && st.Version == d.Version {
-			continue
-		}
-		for _, c := range d.Chunks {
-			ids = append(ids, c.ID)
-		}
-	}
-	if len(ids) == 0 {
-		return err
-	}
-	if rerr := p.retry(ctx, StoreIndex, func(ctx context.Context) error { return p.d.Index.Remove(ctx, ids) }); rerr != nil {
-		return err
-	}
-	fields := []zap.Field{zap.String("topic", w.Fence.Topic), zap.Int32("partition", w.Fence.Partition), zap.Int("chunks", len(ids))}
-	if isFenced {
-		p.log.Warn("a store refused this member's write of a partition another member now holds; removed from the index the chunks it had written there",
-			append(fields, zap.String("refused_by", fenced.Store), zap.Int64("token", w.Fence.Token), zap.Int64("newest_token", fenced.Newest))...)
-	} else {
-		p.log.Info("batch cut short after its index write; removed from the index the chunks it had written there that the stores do not hold", fields...)
-	}
-	return err
-}
-
 // fence checks w against the stores, re-projects the documents that do not
 // match, and applies the mismatch policy to those that still do not. It
 // returns the dead letters the policy adds.
+//
+// A re-projection writes the index exactly (Write.Exact): what differs may
+// be the points of a later event that a member which lost the partition,
+// or one that died between its index and relational writes, left there,
+// which an ordinary write, only moving forward, would keep. A document the
+// relational store holds another event of than w wrote is left alone: a
+// writer of another log (a document whose partition changed) wrote it
+// since, and fences it.
 func (p *Projector) fence(ctx context.Context, w *Write, items []item) ([]DeadLetter, error) {
 	start := time.Now()
 	defer func() { p.m.fenceSeconds.Observe(time.Since(start).Seconds()) }()
@@ -521,7 +558,7 @@ func (p *Projector) fence(ctx context.Context, w *Write, items []item) ([]DeadLe
 		if err != nil || len(mismatches) == 0 {
 			return nil, err
 		}
-		mismatches, err = p.settleSuperseded(ctx, w, mismatches)
+		mismatches, err = p.dropSuperseded(ctx, w, mismatches)
 		if err != nil || len(mismatches) == 0 {
 			return nil, err
 		}
@@ -552,21 +589,18 @@ func (p *Projector) fence(ctx context.Context, w *Write, items []item) ([]DeadLe
 		}
 		// Re-project: the ledger rows are already committed, so only the
 		// documents and chunks are written again.
+		p.fault(ctx, "reproject")
+		w.Exact = true
 		if err := p.apply(ctx, w, nil); err != nil {
 			return nil, err
 		}
 	}
 }
 
-// settleSuperseded takes out of mismatches the documents of w whose
-// relational row holds a newer event than w wrote: w is a late write (of a
-// member that lost its partition while its write was on its way), which
-// the relational store's forward-only guard refused. The index and the
-// graph keep no memory of a withdrawal, so a late live write lands in them
-// again; those chunks are withdrawn again, up to the stored version, which
-// removes nothing newer. The documents are not re-projected: the newer
-// event is what the stores must show, and its own writer fenced it.
-func (p *Projector) settleSuperseded(ctx context.Context, w *Write, mismatches []fence.Mismatch) ([]fence.Mismatch, error) {
+// dropSuperseded takes out of mismatches the documents of w whose
+// relational row holds another event than w wrote: w is not what they
+// must show any more, and the writer of the event they hold fences it.
+func (p *Projector) dropSuperseded(ctx context.Context, w *Write, mismatches []fence.Mismatch) ([]fence.Mismatch, error) {
 	keys := make([]string, 0, len(mismatches))
 	for _, m := range mismatches {
 		if !slices.Contains(keys, m.Key) {
@@ -583,41 +617,21 @@ func (p *Projector) settleSuperseded(ctx context.Context, w *Write, mismatches [
 		return nil, err
 	}
 	superseded := map[string]bool{}
-	undo := &Write{Fence: w.Fence}
 	for _, d := range w.Live {
-		st, ok := states[d.Key]
-		switch {
-		case !ok || !slices.Contains(keys, d.Key):
-		case st.Withdrawn && st.Version >= d.Version:
-			superseded[d.Key] = true
-			undo.Withdrawn = append(undo.Withdrawn, Withdrawal{Key: d.Key, Version: st.Version, Position: st.Position})
-		case st.Version > d.Version:
+		if st, ok := states[d.Key]; ok && (st.Withdrawn || st.Version != d.Version || st.ContentHash != d.ContentHash) {
 			superseded[d.Key] = true
 		}
 	}
 	for _, d := range w.Withdrawn {
-		if st, ok := states[d.Key]; ok && slices.Contains(keys, d.Key) && st.Version > d.Version {
+		if st, ok := states[d.Key]; ok && (!st.Withdrawn || st.Version != d.Version) {
 			superseded[d.Key] = true
 		}
 	}
 	if len(superseded) == 0 {
 		return mismatches, nil
 	}
-	p.log.Info("a newer event of these documents is stored: this write of them came late and is superseded",
-		zap.Int("documents", len(superseded)), zap.Int("withdrawn_again", len(undo.Withdrawn)))
-	if !undo.Empty() {
-		for _, s := range []struct {
-			store string
-			write func(context.Context) error
-		}{
-			{StoreIndex, func(ctx context.Context) error { return p.d.Index.Apply(ctx, undo) }},
-			{StoreGraph, func(ctx context.Context) error { return p.d.Graph.Apply(ctx, undo) }},
-		} {
-			if err := p.retry(ctx, s.store, s.write); err != nil {
-				return nil, err
-			}
-		}
-	}
+	p.log.Info("the relational store holds another event of these documents than this write: written since by another log's writer, which fences it",
+		zap.Int("documents", len(superseded)))
 	rest := mismatches[:0:0]
 	for _, m := range mismatches {
 		if !superseded[m.Key] {

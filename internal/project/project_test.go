@@ -40,10 +40,13 @@ type memStore struct {
 	// relational store do; newest is the newest token it has seen.
 	fenced bool
 	newest int64
+	// unsettled holds the documents recorded for the settle.
+	unsettled map[string]bool
 }
 
 func newMemStore(name string) *memStore {
-	return &memStore{name: name, chunks: map[string][]uuid.UUID{}, states: map[string]State{}, ledger: map[string]LedgerEntry{}}
+	return &memStore{name: name, chunks: map[string][]uuid.UUID{}, states: map[string]State{}, ledger: map[string]LedgerEntry{},
+		unsettled: map[string]bool{}}
 }
 
 func (m *memStore) Name() string { return m.name }
@@ -64,8 +67,9 @@ func (m *memStore) apply(w *Write, ledger []LedgerEntry) error {
 		if m.drop != "" && strings.Contains(d.Key, m.drop) {
 			continue
 		}
-		if st, ok := m.states[d.Key]; ok && st.Version > d.Version {
-			// Writes only move a document forward, as in every store.
+		if st, ok := m.states[d.Key]; ok && st.Version > d.Version && !w.Exact {
+			// Writes only move a document forward, as in every store,
+			// unless the index is written exactly.
 			continue
 		}
 		var ids []uuid.UUID
@@ -81,6 +85,11 @@ func (m *memStore) apply(w *Write, ledger []LedgerEntry) error {
 	}
 	for _, l := range ledger {
 		m.ledger[l.IdempotencyKey] = l
+	}
+	if w.Settle {
+		for _, k := range w.Keys() {
+			m.unsettled[k] = true
+		}
 	}
 	return nil
 }
@@ -142,19 +151,81 @@ func (m memIndex) Apply(ctx context.Context, w *Write) error {
 	return m.apply(w, nil)
 }
 
-func (m memIndex) Remove(ctx context.Context, ids []uuid.UUID) error {
-	if err := ctx.Err(); err != nil {
-		return err
-	}
+// Points returns the points of keys, each of the event its document's
+// state holds.
+func (m memIndex) Points(_ context.Context, keys []string) (map[string][]Point, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for key, held := range m.chunks {
-		m.chunks[key] = slices.DeleteFunc(held, func(id uuid.UUID) bool { return slices.Contains(ids, id) })
+	out := map[string][]Point{}
+	for _, k := range keys {
+		for _, id := range m.chunks[k] {
+			st := m.states[k]
+			out[k] = append(out[k], Point{ID: id, Version: st.Version, Position: st.Position})
+		}
+	}
+	return out, nil
+}
+
+type memRelational struct{ *memStore }
+
+func (m memRelational) CheckFence(_ context.Context, f Fence) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.fenced && f.Token > 0 && m.newest > f.Token {
+		return &FencedError{Store: m.name, Fence: f, Newest: m.newest}
 	}
 	return nil
 }
 
-type memRelational struct{ *memStore }
+func (m memRelational) Unsettled(ctx context.Context, f Fence, after string, limit int) ([]string, error) {
+	if err := m.CheckFence(ctx, f); err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []string
+	for k := range m.unsettled {
+		if k > after {
+			out = append(out, k)
+		}
+	}
+	slices.Sort(out)
+	return out[:min(limit, len(out))], nil
+}
+
+// Reprojection rebuilds the documents from their state and chunk ids.
+func (m memRelational) Reprojection(_ context.Context, keys []string) (*Write, map[string][]int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	w := &Write{}
+	for _, k := range keys {
+		st, ok := m.states[k]
+		switch {
+		case !ok:
+		case st.Withdrawn:
+			w.Withdrawn = append(w.Withdrawn, Withdrawal{Key: k, Version: st.Version, Position: st.Position})
+		default:
+			d := Document{Key: k, Version: st.Version, Position: st.Position, ContentHash: st.ContentHash}
+			for i, id := range m.chunks[k] {
+				d.Chunks = append(d.Chunks, Chunk{ID: id, DocumentKey: k, Version: st.Version, Ordinal: i})
+			}
+			w.Live = append(w.Live, d)
+		}
+	}
+	return w, nil, nil
+}
+
+func (m memRelational) Settled(ctx context.Context, f Fence, keys []string) error {
+	if err := m.CheckFence(ctx, f); err != nil {
+		return err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, k := range keys {
+		delete(m.unsettled, k)
+	}
+	return nil
+}
 
 func (m memRelational) Apply(ctx context.Context, w *Write, l []LedgerEntry) error {
 	if err := ctx.Err(); err != nil {
@@ -240,6 +311,7 @@ func newFixtureWith(t *testing.T, cfg Config, rel func(*memStore) Relational) *f
 		Index:       memIndex{f.index},
 		Graph:       memIndex{f.graph},
 		Relational:  rel(f.rel),
+		Settlement:  memRelational{f.rel},
 		Fences:      fence.New(fence.IDs, f.reg, f.index, f.graph, f.rel),
 		DeadLetters: f.letters,
 		Health:      f.health,
@@ -474,7 +546,7 @@ func TestBatchSplitByBytes(t *testing.T) {
 // every document of a write at version 5 just before the write arrived, so
 // the store's forward-only guard refuses it: the write of a member that
 // lost its partition, landing late.
-type withdrawnMeanwhile struct{ *memStore }
+type withdrawnMeanwhile struct{ memRelational }
 
 func (m withdrawnMeanwhile) Apply(_ context.Context, w *Write, _ []LedgerEntry) error {
 	m.mu.Lock()
@@ -486,24 +558,21 @@ func (m withdrawnMeanwhile) Apply(_ context.Context, w *Write, _ []LedgerEntry) 
 	return nil
 }
 
-// TestLateWriteAfterWithdrawal: a late live write whose document was
-// withdrawn at a higher version meanwhile lands in the index and the graph,
-// which keep no memory of the withdrawal, and is refused by the relational
-// store. The fence finds the disagreement; the projector must withdraw the
-// late chunks from the index and the graph again rather than re-project
-// them and dead-letter the record.
-func TestLateWriteAfterWithdrawal(t *testing.T) {
-	f := newFixtureWith(t, Config{FenceRetries: 2}, func(m *memStore) Relational { return withdrawnMeanwhile{m} })
+// TestSupersededWriteIsLeftAlone: a write whose documents the relational
+// store holds another event of by the time it is fenced (here: withdrawn
+// at a higher version, as by another log's writer) is neither written
+// again nor dead-lettered, and makes no compensating write: the writer of
+// the event the relational store holds fences it.
+func TestSupersededWriteIsLeftAlone(t *testing.T) {
+	f := newFixtureWith(t, Config{FenceRetries: 2}, func(m *memStore) Relational { return withdrawnMeanwhile{memRelational{m}} })
 	if err := f.p.Handle(context.Background(), Fence{}, TopicID{}, []*kgo.Record{rec(0, "a", upsert("a", 1))}); err != nil {
 		t.Fatalf("Handle: %v", err)
 	}
-	for _, s := range []*memStore{f.index, f.graph} {
-		if got := s.snapshot()["a"]; len(got) != 0 {
-			t.Errorf("%s holds %d chunks of the withdrawn document, want 0", s.name, len(got))
-		}
-	}
 	if got := f.letters.reasons(); len(got) != 0 {
 		t.Errorf("dead letters = %v, want none", got)
+	}
+	if f.index.writes != 1 || f.graph.writes != 1 {
+		t.Errorf("writes: index %d, graph %d; want 1 each, the write itself and nothing after", f.index.writes, f.graph.writes)
 	}
 }
 
@@ -572,18 +641,21 @@ func (r runAt) At(_ context.Context, point string) {
 	}
 }
 
-// TestFencedWriteHaltsAndUndoesTheIndex: a member that lost its partition
-// passes the check of its token before the new owner's first write, then
-// writes the index; the graph, which has seen the new owner's newer token
-// since, refuses the write in its transaction. The late member halts the
-// partition (reason fenced), never reaches the relational store, and
-// removes from the index the chunks it wrote there, so every store ends as
-// the new owner left it.
-func TestFencedWriteHaltsAndUndoesTheIndex(t *testing.T) {
+// TestFencedWriteWritesNothingMore: a member that lost its partition
+// passes the check of its token before its index write, then the new
+// owner writes the document; the graph refuses the late member's write in
+// its transaction. The late member halts the partition (reason fenced),
+// never reaches the relational store, and writes nothing more: the points
+// it wrote to the index stay there for the owner's settle, which is the
+// only writer that may remove them. Before, it removed them itself, after
+// reading states the owner had not committed yet, and so removed the
+// owner's points of the same version (the interleaving explorer's
+// owner-first cases).
+func TestFencedWriteWritesNothingMore(t *testing.T) {
 	for _, tt := range []struct {
 		name  string
 		newer string
-		want  int // chunks of "a" every store ends with
+		want  int // chunks of "a" the graph and the relational store end with
 	}{
 		{"new version", upsert("a", 2), 2},
 		{"withdrawal", `{"document_key":"a","version":1,"op":"withdraw"}`, 0},
@@ -592,21 +664,27 @@ func TestFencedWriteHaltsAndUndoesTheIndex(t *testing.T) {
 			f := newFixture(t, Config{})
 			f.graph.fenced, f.rel.fenced = true, true
 			late, owner := Fence{Topic: "documents", Token: 1}, Fence{Topic: "documents", Token: 2}
-			f.p.d.Faults = runAt{point: "before-index", once: &sync.Once{}, fn: func() {
+			f.p.d.Faults = runAt{point: "index-checked", once: &sync.Once{}, fn: func() {
 				f.p.d.Faults = nil
 				if err := f.p.Handle(context.Background(), owner, TopicID{}, []*kgo.Record{rec(1, "a", tt.newer)}); err != nil {
 					t.Errorf("the new owner's Handle: %v", err)
 				}
 			}}
+			before := f.index.writes
 			err := f.p.Handle(context.Background(), late, TopicID{}, []*kgo.Record{rec(0, "a", upsert("a", 1))})
 			var halt *HaltError
 			if !errors.As(err, &halt) || halt.Reason != HaltFenced {
 				t.Fatalf("the late member's Handle = %v, want a halt for reason fenced", err)
 			}
-			for _, s := range []*memStore{f.index, f.graph, f.rel} {
+			for _, s := range []*memStore{f.graph, f.rel} {
 				if got := len(s.chunks["a"]); got != tt.want {
 					t.Errorf("%s holds %d chunks of a, want the new owner's %d", s.name, got, tt.want)
 				}
+			}
+			// The owner's batch wrote the index once, the late member once:
+			// nothing after the refusal.
+			if got := f.index.writes - before; got != 2 {
+				t.Errorf("index writes = %d, want 2: the owner's and the late member's own, and no clean-up", got)
 			}
 			if got := testutil.ToFloat64(f.p.m.fenced.WithLabelValues(StoreGraph)); got != 1 {
 				t.Errorf("projector_fenced_writes_total{store=graph} = %v, want 1", got)
@@ -680,21 +758,18 @@ func (c cancelAt) At(_ context.Context, point string) {
 	}
 }
 
-// TestCutShortWriteUndoesTheIndex: a batch whose context ends after its
-// index write (its partition was lost) writes nothing more, and removes
-// from the index the chunks it wrote there that the stores do not hold,
-// with calls of its own; it used to leave them there until a reconcile
-// --repair, which TestFrozenMembers caught under load.
-func TestCutShortWriteUndoesTheIndex(t *testing.T) {
+// TestCutShortWriteWritesNothingMore: a batch whose context ends after its
+// index write (its partition was lost) writes nothing more: no graph or
+// relational write, and no clean-up of the index, whose points the
+// partition's next owner settles.
+func TestCutShortWriteWritesNothingMore(t *testing.T) {
 	f := newFixture(t, Config{})
 	ctx, cancel := context.WithCancel(context.Background())
 	f.p.d.Faults = cancelAt{point: "after-index", cancel: cancel}
 	if err := f.p.Handle(ctx, Fence{}, TopicID{}, []*kgo.Record{rec(0, "a", upsert("a", 1))}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Handle = %v, want it cut short", err)
 	}
-	for _, s := range []*memStore{f.index, f.graph, f.rel} {
-		if got := len(s.chunks["a"]); got != 0 {
-			t.Errorf("%s holds %d chunks of a after the batch was cut short, want none", s.name, got)
-		}
+	if f.index.writes != 1 || f.graph.writes != 0 || f.rel.writes != 0 {
+		t.Errorf("writes: index %d, graph %d, relational %d; want the index's alone", f.index.writes, f.graph.writes, f.rel.writes)
 	}
 }

@@ -9,6 +9,7 @@ package project
 
 import (
 	"context"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -82,6 +83,9 @@ func (p Position) sameLog(q Position) bool {
 	return p.TopicID == TopicID{} || q.TopicID == TopicID{} || p.TopicID == q.TopicID
 }
 
+// same reports whether p and q are one place of one log.
+func (p Position) same(q Position) bool { return p.sameLog(q) && p.Offset == q.Offset }
+
 // covers reports whether q is at or before p in the same log: an event at
 // q was already read when the document was last changed at p.
 func (p Position) covers(q Position) bool {
@@ -111,6 +115,16 @@ type Fence struct {
 	Topic     string
 	Partition int32
 	Token     int64
+	// LateUntil is until when an index write of an earlier owner of the
+	// partition may still land, by this process's clock: the index checks
+	// no token, so a member that lost the partition can write it after
+	// this owner did, until the bound of its own writes runs out
+	// (Config.IndexWriteTimeout). The zero time: no earlier owner can
+	// write any more (it released the partition, or there was none).
+	// Until then the relational store records the documents this owner
+	// writes (Write.Settle), and at LateUntil the owner settles the index
+	// for them (Projector.Settle).
+	LateUntil time.Time
 }
 
 // Write is the net effect of a batch: after it, every store holds exactly
@@ -121,6 +135,19 @@ type Write struct {
 	Withdrawn []Withdrawal
 	// Fence is the writer's claim on the partition of the documents.
 	Fence Fence
+	// Exact makes the index take the write as the documents' whole state:
+	// it replaces and removes whatever points it holds of them, whatever
+	// event they are of. Ordinary writes only move a document forward in
+	// its log, so they cannot remove the points of a later event that a
+	// writer which lost the partition (or died before its relational
+	// write) left there; the owner's re-projection after a fence mismatch
+	// and its settle write exactly. The graph and the relational store
+	// write it as any other.
+	Exact bool
+	// Settle asks the relational store to record the documents of the
+	// write for the partition's settle: the write is made while an earlier
+	// owner's index write may still land over it (Fence.LateUntil).
+	Settle bool
 }
 
 // Keys returns every document key of the write, live ones first.
@@ -188,13 +215,20 @@ type State struct {
 // Index is the vector index (Qdrant), written first.
 type Index interface {
 	// Apply upserts the chunks of w.Live, then removes every other chunk of
-	// the documents of w, including all chunks of w.Withdrawn.
+	// the documents of w, including all chunks of w.Withdrawn; only
+	// forward in each document's log unless w.Exact.
 	Apply(ctx context.Context, w *Write) error
-	// Remove deletes the chunks of ids, wherever they are. A writer that a
-	// later store fenced off removes with it the chunks it had just
-	// written that the current state does not hold: the index has no
-	// transaction to refuse them in.
-	Remove(ctx context.Context, ids []uuid.UUID) error
+	// Points returns, per document key, the points the index holds of it
+	// with the event each is of; keys without points may be absent.
+	Points(ctx context.Context, keys []string) (map[string][]Point, error)
+}
+
+// Point is one point of the index as the settle compares it with the
+// relational store: its chunk id and the event it was written from.
+type Point struct {
+	ID       uuid.UUID
+	Version  int64
+	Position Position
 }
 
 // Graph is the graph store (Neo4j), written second.
@@ -211,12 +245,33 @@ type Relational interface {
 	// States returns the stored state of the given documents; unknown
 	// documents are absent from the map. With a fence (Token > 0) it
 	// first checks that no newer writer holds the partition, and returns
-	// a *FencedError if one does, so a late writer stops before it writes
-	// the index, which cannot check a token itself.
+	// a *FencedError if one does.
 	States(ctx context.Context, fence Fence, keys []string) (map[string]State, error)
+	// CheckFence returns a *FencedError when the partition has a newer
+	// writer than fence. Every index write of a fenced writer follows one
+	// (see Config.IndexWriteTimeout): the index cannot check a token.
+	CheckFence(ctx context.Context, fence Fence) error
 	// Apply writes documents, chunks, removals and the ledger entries in one
-	// transaction.
+	// transaction, and with w.Settle records the documents for the
+	// partition's settle.
 	Apply(ctx context.Context, w *Write, ledger []LedgerEntry) error
+}
+
+// Settlement is what the settle reads and forgets of the relational
+// store: the documents recorded for a partition's settle (Write.Settle),
+// by this owner and by earlier ones that did not settle.
+type Settlement interface {
+	// Unsettled returns up to limit recorded documents of fence's
+	// partition after the key after, in key order; a *FencedError when
+	// the partition has a newer writer.
+	Unsettled(ctx context.Context, fence Fence, after string, limit int) ([]string, error)
+	// Reprojection returns the write that projects the current state of
+	// keys, as reconcile's repair reads it; live documents whose chunk
+	// rows are incomplete are left out and named in incomplete.
+	Reprojection(ctx context.Context, keys []string) (w *Write, incomplete map[string][]int, err error)
+	// Settled forgets keys of fence's partition, in a transaction that
+	// refuses a fence that is not the newest.
+	Settled(ctx context.Context, fence Fence, keys []string) error
 }
 
 // Embedder computes vectors for chunks that carry none.

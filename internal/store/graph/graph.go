@@ -200,6 +200,17 @@ func (s *Store) session(ctx context.Context, mode neo4j.AccessMode) neo4j.Sessio
 // one written. So a late write, of an older version or of an earlier event
 // of the same version, leaves the newer one as it is.
 //
+// The partition's owner is the exception (rows with own set: the write
+// carries a token, which checkFence found the newest in the same
+// transaction). What the graph holds of a document from its partition's
+// log beyond what the owner writes can only be what an earlier owner wrote
+// before the owner took its token (from then on checkFence refuses every
+// earlier owner) and never committed to the relational store, which
+// decides: the owner reads the stored states there and writes in log
+// order, so nothing of the log it has not written is committed. Its write
+// replaces such a node, tombstone or chunk, where a forward-only write
+// would keep it and fail its fence for ever.
+//
 // mergeDocuments returns a row per document it wrote, fresh when the node
 // had no version or an older one before: no chunk of the written version
 // can exist then (see the package comment). It takes the node's write
@@ -220,8 +231,9 @@ SET doc._lock = true
 REMOVE doc._lock
 WITH doc, d, doc.version AS stored
 OPTIONAL MATCH (t:WithdrawnDocument {key: d.key})
-WITH doc, d, stored, t, (t IS NULL OR t.version < d.version) AND (stored IS NULL OR stored < d.version OR (stored = d.version
-	AND NOT ` + docHoldsLaterEvent + `)) AS take
+WITH doc, d, stored, t, (t IS NULL OR t.version < d.version OR (d.own AND ` + tombstoneOfSameLog + `))
+	AND (stored IS NULL OR stored < d.version OR (stored = d.version AND NOT ` + docHoldsLaterEvent + `)
+		OR (d.own AND ` + docOfSameLog + `)) AS take
 FOREACH (x IN CASE WHEN NOT take AND stored IS NULL THEN [doc] ELSE [] END | DELETE x)
 WITH doc, d, stored, t, take WHERE take
 SET doc.version = d.version, doc.title = d.title, doc.source = d.source,
@@ -229,6 +241,16 @@ SET doc.version = d.version, doc.title = d.title, doc.source = d.source,
 	doc.source_topic = d.topic, doc.source_topic_id = d.topic_id, doc.source_partition = d.partition, doc.source_offset = d.offset
 FOREACH (x IN CASE WHEN t IS NULL THEN [] ELSE [t] END | DELETE x)
 RETURN d.key AS key, stored IS NULL OR stored < d.version AS fresh`
+
+// docOfSameLog and tombstoneOfSameLog are true where the Document node doc,
+// or the tombstone t, holds an event of the written row d's log. Unknown
+// positions are of no log.
+const (
+	docOfSameLog = `coalesce(doc.source_topic = d.topic AND doc.source_partition = d.partition
+	AND (doc.source_topic_id IS NULL OR d.topic_id IS NULL OR doc.source_topic_id = d.topic_id), false)`
+	tombstoneOfSameLog = `coalesce(t.source_topic = d.topic AND t.source_partition = d.partition
+	AND (t.source_topic_id IS NULL OR d.topic_id IS NULL OR t.source_topic_id = d.topic_id), false)`
+)
 
 // docHoldsLaterEvent is true where the Document node doc holds an event of
 // the same log as the written row d, at a later offset: a late write or
@@ -274,45 +296,55 @@ CREATE (:Document {key: d.key, version: d.version, title: d.title, source: d.sou
 
 // deleteOtherChunks removes, per document, the chunks the write makes
 // obsolete: older versions, and, where the node holds the written event,
-// ordinals of the written version it did not write; for a withdrawal (live
-// false) every version up to its own. The keep lists are per document so
-// each check is against a short list.
+// every chunk it did not write (of any version: a node holding the written
+// event is the document's current state, so another version's chunk is a
+// leftover of a write that never committed); for a withdrawal (live
+// false) every version up to its own, and for the owner's withdrawal of a
+// document its log wrote, every chunk (see mergeDocuments). The keep lists
+// are per document so each check is against a short list.
 const deleteOtherChunks = `
 UNWIND $docs AS d
 OPTIONAL MATCH (doc:Document {key: d.key})
-WITH d, coalesce(` + holdsEvent + `, false) AS held
+WITH d, doc, coalesce(` + holdsEvent + `, false) AS held
 MATCH (ch:Chunk {document_key: d.key})
-WHERE ch.version < d.version OR (ch.version = d.version AND (NOT d.live OR (held AND NOT ch.id IN d.ids)))
+WHERE ch.version < d.version
+	OR (d.live AND held AND NOT ch.id IN d.ids)
+	OR (NOT d.live AND (ch.version = d.version OR (d.own AND (doc IS NULL OR ` + docOfSameLog + `))))
 DETACH DELETE ch`
 
 // deleteDocuments removes withdrawn documents whose node is not of a newer
 // event than the withdrawal (a newer version, or a later event of the same
-// log at the same version). Like mergeDocuments, it reads the version
-// only once it holds the node's lock, so a transaction raising the
-// version meanwhile is waited for rather than undone.
+// log at the same version), or, for the owner, whose node its log wrote
+// (see mergeDocuments). Like mergeDocuments, it reads the version only
+// once it holds the node's lock, so a transaction raising the version
+// meanwhile is waited for rather than undone.
 //
 // A withdrawal at a log position (an event's, not a reconcile clean-up's)
 // leaves a tombstone, (:WithdrawnDocument {key}) with the version and
 // position withdrawn, no chunk and no relationship, where a later write of
 // the document must see it: a live write of that version or an older one,
 // arriving late, is refused by mergeDocuments instead of creating the
-// document again. A tombstone moves only to a newer withdrawal (so a
-// withdrawal read again changes nothing, withdrawn_at included), and
-// projector ledger-prune removes those older than its retention.
+// document again. A tombstone moves only to a newer withdrawal, or to the
+// owner's withdrawal where its log wrote it, and never to the withdrawal
+// it holds (so a withdrawal read again changes nothing, withdrawn_at
+// included); projector ledger-prune removes those older than its
+// retention.
 const deleteDocuments = `
 UNWIND $docs AS d
 OPTIONAL MATCH (doc:Document {key: d.key})
 FOREACH (x IN CASE WHEN doc IS NULL THEN [] ELSE [doc] END | SET x._lock = true REMOVE x._lock)
 WITH d, doc WHERE doc IS NULL OR doc.version < d.version OR (doc.version = d.version
-	AND NOT ` + docHoldsLaterEvent + `)
+	AND NOT ` + docHoldsLaterEvent + `) OR (d.own AND ` + docOfSameLog + `)
 FOREACH (x IN CASE WHEN doc IS NULL THEN [] ELSE [doc] END | DETACH DELETE x)
 WITH d WHERE d.topic IS NOT NULL
 MERGE (t:WithdrawnDocument {key: d.key})
 SET t._lock = true
 REMOVE t._lock
-WITH t, d WHERE t.version IS NULL OR t.version < d.version OR (t.version = d.version
+WITH t, d, coalesce(t.version = d.version AND ` + tombstoneOfSameLog + ` AND t.source_offset = d.offset, false) AS holds
+WITH t, d WHERE NOT holds AND (t.version IS NULL OR t.version < d.version OR (t.version = d.version
 	AND coalesce(NOT (t.source_topic = d.topic AND t.source_partition = d.partition
 		AND (t.source_topic_id IS NULL OR d.topic_id IS NULL OR t.source_topic_id = d.topic_id)) OR d.offset > t.source_offset, true))
+	OR (d.own AND ` + tombstoneOfSameLog + `))
 SET t.version = d.version, t.source_topic = d.topic, t.source_topic_id = d.topic_id, t.source_partition = d.partition, t.source_offset = d.offset,
 	t.withdrawn_at = datetime()`
 
@@ -378,6 +410,9 @@ func (s *Store) CreateFallbacks() int64 { return s.fallbacks.Load() }
 // batchOf turns w into parameters; metadata that cannot be encoded is the
 // record's fault.
 func (s *Store) batchOf(w *project.Write) (*batch, error) {
+	// own marks the rows of the partition owner's write: checkFence, the
+	// transaction's first statement, refuses any other with a token.
+	own := w.Fence.Token > 0
 	b := &batch{
 		fence:     w.Fence,
 		docs:      make([]map[string]any, 0, len(w.Live)),
@@ -392,7 +427,7 @@ func (s *Store) batchOf(w *project.Write) (*batch, error) {
 		}
 		b.docs = append(b.docs, withPosition(map[string]any{
 			"key": d.Key, "version": d.Version, "title": d.Title, "source": d.Source,
-			"metadata": md, "content_hash": d.ContentHash,
+			"metadata": md, "content_hash": d.ContentHash, "own": own,
 		}, d.Position))
 		ids := make([]string, len(d.Chunks))
 		chunks := make([]map[string]any, len(d.Chunks))
@@ -408,11 +443,11 @@ func (s *Store) batchOf(w *project.Write) (*batch, error) {
 			}
 		}
 		b.chunks = append(b.chunks, withPosition(map[string]any{"key": d.Key, "version": d.Version, "chunks": chunks}, d.Position))
-		b.keep = append(b.keep, withPosition(map[string]any{"key": d.Key, "version": d.Version, "live": true, "ids": ids}, d.Position))
+		b.keep = append(b.keep, withPosition(map[string]any{"key": d.Key, "version": d.Version, "live": true, "ids": ids, "own": own}, d.Position))
 	}
 	for i, d := range w.Withdrawn {
-		b.withdrawn[i] = withPosition(map[string]any{"key": d.Key, "version": d.Version}, d.Position)
-		b.keep = append(b.keep, map[string]any{"key": d.Key, "version": d.Version, "live": false, "ids": []string{}})
+		b.withdrawn[i] = withPosition(map[string]any{"key": d.Key, "version": d.Version, "own": own}, d.Position)
+		b.keep = append(b.keep, withPosition(map[string]any{"key": d.Key, "version": d.Version, "live": false, "ids": []string{}, "own": own}, d.Position))
 	}
 	return b, nil
 }
@@ -470,6 +505,24 @@ func (s *Store) write(ctx context.Context, b *batch, mode ChunkWrites) error {
 	})
 	return err
 }
+
+// RaiseFence makes f's token the newest the graph knows for its partition
+// (a *project.FencedError when a newer one is there): a new owner raises
+// it before its first batch, so that from then on the graph refuses every
+// write of an earlier owner, even one the new owner has not overwritten.
+func (s *Store) RaiseFence(ctx context.Context, f project.Fence) error {
+	sess := s.session(ctx, neo4j.AccessModeWrite)
+	defer sess.Close(ctx)
+	_, err := sess.ExecuteWrite(ctx, func(tx neo4j.ManagedTransaction) (any, error) {
+		return nil, fenceWrite(ctx, tx, f)
+	})
+	if err != nil {
+		return classify(ctx, fmt.Errorf("raise the fencing token: %w", err))
+	}
+	return nil
+}
+
+var _ project.GraphFence = (*Store)(nil)
 
 // fenceWrite runs checkFence for a fenced write and returns a
 // *project.FencedError when the partition has a newer writer.

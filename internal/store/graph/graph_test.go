@@ -57,7 +57,7 @@ func TestConformance(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			s, prefix := openTestWith(t, tt.mode, tt.text)
-			storetest.Run(t, s, prefix)
+			storetest.Run(t, s, prefix, storetest.RefusesLate)
 		})
 	}
 }

@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -182,13 +181,15 @@ func (s *Store) Migrate(ctx context.Context) error {
 // are in before the old ones go. Every call waits until Qdrant has applied
 // it, so a fence that follows reads the write.
 //
-// Writes only move a document forward in its log. An upsert replaces a
+// Writes only move a document forward in its log: an upsert replaces a
 // stored point only where the point holds an event at or before the
-// written one (Qdrant's conditional upsert, update_filter); a delete never
-// reaches a newer version, nor a point of the written version from a later
-// event; and when a newer event's points are already there (a late write
-// of a member that lost its partition), the points just upserted are
-// removed again, so the newer event is what stays.
+// written one (Qdrant's conditional upsert, update_filter), and a delete
+// never reaches a newer version, nor a point of the written version from a
+// later event. So a late write of a member that lost its partition can add
+// points of an earlier event, never take the newer event's away; the
+// partition's owner removes them (project.Projector.Settle). An exact write
+// (w.Exact, the owner's) replaces and removes whatever the index holds of
+// its documents instead.
 func (s *Store) Apply(ctx context.Context, w *project.Write) error {
 	if err := s.upsert(ctx, w); err != nil {
 		return err
@@ -196,33 +197,39 @@ func (s *Store) Apply(ctx context.Context, w *project.Write) error {
 	if len(w.Live) == 0 && len(w.Withdrawn) == 0 {
 		return nil
 	}
-	if err := s.deletePoints(ctx, obsolete(w)); err != nil {
+	filter := obsolete(w)
+	if w.Exact {
+		filter = others(w)
+	}
+	if err := s.deletePoints(ctx, filter); err != nil {
 		return fmt.Errorf("delete other points: %w", err)
 	}
-	if len(w.Live) == 0 {
-		return nil
-	}
-	newer, err := s.superseded(ctx, w)
-	if err != nil || len(newer) == 0 {
-		return err
-	}
-	var undo []*qdrant.Condition
-	for _, d := range w.Live {
-		switch newer[d.Key] {
-		case newerVersion:
-			undo = append(undo, qdrant.NewFilterAsCondition(&qdrant.Filter{Must: []*qdrant.Condition{
-				qdrant.NewMatchKeyword("document_key", d.Key), versionRange(&qdrant.Range{Lte: version(d.Version)}),
-			}}))
-		case laterEvent:
-			undo = append(undo, qdrant.NewFilterAsCondition(&qdrant.Filter{Must: []*qdrant.Condition{
-				qdrant.NewMatchKeyword("document_key", d.Key), qdrant.NewMatchInt("version", d.Version), notAfter(d.Position),
-			}}))
-		}
-	}
-	if err := s.deletePoints(ctx, &qdrant.Filter{Should: undo}); err != nil {
-		return fmt.Errorf("delete superseded points: %w", err)
-	}
 	return nil
+}
+
+// others is the filter of every point of w's documents that w does not
+// write: an exact write's removals.
+func others(w *project.Write) *qdrant.Filter {
+	should := make([]*qdrant.Condition, 0, len(w.Live)+1)
+	for _, d := range w.Live {
+		f := &qdrant.Filter{Must: []*qdrant.Condition{qdrant.NewMatchKeyword("document_key", d.Key)}}
+		if len(d.Chunks) > 0 {
+			keep := make([]*qdrant.PointId, len(d.Chunks))
+			for i, c := range d.Chunks {
+				keep[i] = qdrant.NewIDUUID(c.ID.String())
+			}
+			f.MustNot = []*qdrant.Condition{qdrant.NewHasID(keep...)}
+		}
+		should = append(should, qdrant.NewFilterAsCondition(f))
+	}
+	if len(w.Withdrawn) > 0 {
+		keys := make([]string, len(w.Withdrawn))
+		for i, d := range w.Withdrawn {
+			keys[i] = d.Key
+		}
+		should = append(should, qdrant.NewMatchKeywords("document_key", keys...))
+	}
+	return &qdrant.Filter{Should: should}
 }
 
 // The payload fields of a point's event position. Two positions are of
@@ -266,45 +273,6 @@ func replaceable(pos project.Position) *qdrant.Condition {
 		}}))
 	}
 	return qdrant.NewFilterAsCondition(&qdrant.Filter{Should: should})
-}
-
-// sameLog is the condition that a stored point's event is in pos's log,
-// offset within r.
-func sameLog(pos project.Position, r *qdrant.Range) []*qdrant.Condition {
-	conds := []*qdrant.Condition{
-		qdrant.NewMatchKeyword(fieldTopic, pos.Topic),
-		qdrant.NewMatchInt(fieldPartition, int64(pos.Partition)),
-		qdrant.NewRange(fieldOffset, r),
-	}
-	if id := topicID(pos); id != "" {
-		conds = append(conds, qdrant.NewFilterAsCondition(&qdrant.Filter{Should: []*qdrant.Condition{
-			qdrant.NewIsEmpty(fieldTopicID), qdrant.NewMatchKeyword(fieldTopicID, id),
-		}}))
-	}
-	return conds
-}
-
-// notAfter is the condition that a stored point's event is at or before
-// pos in pos's log: the points a late write of the event at pos put in.
-func notAfter(pos project.Position) *qdrant.Condition {
-	return qdrant.NewFilterAsCondition(&qdrant.Filter{Must: sameLog(pos, &qdrant.Range{Lte: qdrant.PtrOf(float64(pos.Offset))})})
-}
-
-// Remove deletes the points of ids, in calls of at most UpsertBatch ids.
-func (s *Store) Remove(ctx context.Context, ids []uuid.UUID) error {
-	for part := range slices.Chunk(ids, s.cfg.UpsertBatch) {
-		pids := make([]*qdrant.PointId, len(part))
-		for i, id := range part {
-			pids[i] = qdrant.NewIDUUID(id.String())
-		}
-		_, err := s.client.Delete(ctx, &qdrant.DeletePoints{
-			CollectionName: s.cfg.Collection, Points: qdrant.NewPointsSelector(pids...), Wait: qdrant.PtrOf(true),
-		})
-		if err != nil {
-			return classify(ctx, fmt.Errorf("delete points: %w", err))
-		}
-	}
-	return nil
 }
 
 func (s *Store) deletePoints(ctx context.Context, filter *qdrant.Filter) error {
@@ -353,53 +321,6 @@ func obsolete(w *project.Write) *qdrant.Filter {
 	return &qdrant.Filter{Should: should}
 }
 
-// newer says what newer event of a document the index holds.
-type newer int
-
-const (
-	// newerVersion: points of a higher version than the one written.
-	newerVersion newer = iota + 1
-	// laterEvent: points of the written version from a later event of the
-	// same log (the same version published again with other content).
-	laterEvent
-)
-
-// superseded returns the documents of w.Live of which the index holds a
-// newer event than the one written.
-func (s *Store) superseded(ctx context.Context, w *project.Write) (map[string]newer, error) {
-	byVersion := map[int64][]string{}
-	written := make(map[string]int64, len(w.Live))
-	var should []*qdrant.Condition
-	for _, d := range w.Live {
-		byVersion[d.Version] = append(byVersion[d.Version], d.Key)
-		written[d.Key] = d.Version
-		if d.Position.Topic != "" {
-			should = append(should, qdrant.NewFilterAsCondition(&qdrant.Filter{Must: append([]*qdrant.Condition{
-				qdrant.NewMatchKeyword("document_key", d.Key), qdrant.NewMatchInt("version", d.Version),
-			}, sameLog(d.Position, &qdrant.Range{Gt: qdrant.PtrOf(float64(d.Position.Offset))})...)}))
-		}
-	}
-	for v, keys := range byVersion {
-		should = append(should, qdrant.NewFilterAsCondition(&qdrant.Filter{Must: []*qdrant.Condition{
-			qdrant.NewMatchKeywords("document_key", keys...), versionRange(&qdrant.Range{Gt: version(v)}),
-		}}))
-	}
-	out := map[string]newer{}
-	err := s.Scroll(ctx, &qdrant.Filter{Should: should}, []string{"document_key", "version"}, func(p *qdrant.RetrievedPoint) error {
-		key := p.GetPayload()["document_key"].GetStringValue()
-		if p.GetPayload()["version"].GetIntegerValue() > written[key] {
-			out[key] = newerVersion
-		} else if out[key] == 0 {
-			out[key] = laterEvent
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, fmt.Errorf("find newer events: %w", err)
-	}
-	return out, nil
-}
-
 func versionRange(r *qdrant.Range) *qdrant.Condition { return qdrant.NewRange("version", r) }
 
 func version(v int64) *float64 { return qdrant.PtrOf(float64(v)) }
@@ -418,8 +339,10 @@ func (s *Store) upsert(ctx context.Context, w *project.Write) error {
 		if len(points) == 0 {
 			return
 		}
-		call := &qdrant.UpsertPoints{CollectionName: s.cfg.Collection, Points: points, Wait: qdrant.PtrOf(true),
-			UpdateFilter: &qdrant.Filter{Should: replace}}
+		call := &qdrant.UpsertPoints{CollectionName: s.cfg.Collection, Points: points, Wait: qdrant.PtrOf(true)}
+		if !w.Exact {
+			call.UpdateFilter = &qdrant.Filter{Should: replace}
+		}
 		points = make([]*qdrant.PointStruct, 0, s.cfg.UpsertBatch)
 		replace = nil
 		size = upsertOverhead + len(s.cfg.Collection)
@@ -443,6 +366,9 @@ func (s *Store) upsert(ctx context.Context, w *project.Write) error {
 		// The condition goes into every call that holds a point of the
 		// document, and counts against UpsertMaxBytes there.
 		replaceBytes := proto.Size(docReplace) + 8 // with the field's tag and length
+		if w.Exact {
+			replaceBytes = 0 // an exact write sends no update_filter
+		}
 		inCall := false
 		for _, c := range d.Chunks {
 			p, err := shared.point(&c)
@@ -632,6 +558,27 @@ func (s *Store) ChunkIDs(ctx context.Context, keys []string) (map[string][]uuid.
 			id = uuid.Nil
 		}
 		out[key] = append(out[key], id)
+		return nil
+	})
+	return out, err
+}
+
+// Points returns, per document, its points with the event each was
+// written from, from one filtered scroll of ids and positions.
+func (s *Store) Points(ctx context.Context, keys []string) (map[string][]project.Point, error) {
+	out := make(map[string][]project.Point, len(keys))
+	filter := &qdrant.Filter{Must: []*qdrant.Condition{qdrant.NewMatchKeywords("document_key", keys...)}}
+	fields := []string{"document_key", "version", fieldTopic, fieldTopicID, fieldPartition, fieldOffset}
+	err := s.Scroll(ctx, filter, fields, func(p *qdrant.RetrievedPoint) error {
+		pl := p.GetPayload()
+		key := pl["document_key"].GetStringValue()
+		pt := project.Point{ID: pointUUID(p.GetId()), Version: pl["version"].GetIntegerValue(), Position: project.Position{
+			Topic: pl[fieldTopic].GetStringValue(), Partition: int32(pl[fieldPartition].GetIntegerValue()), Offset: pl[fieldOffset].GetIntegerValue(),
+		}}
+		if id, err := uuid.Parse(pl[fieldTopicID].GetStringValue()); err == nil {
+			pt.Position.TopicID = project.TopicID(id)
+		}
+		out[key] = append(out[key], pt)
 		return nil
 	})
 	return out, err

@@ -50,7 +50,7 @@ func openWith(t *testing.T, cfg Config) *Store {
 
 func TestConformance(t *testing.T) {
 	s := openTest(t, storetest.Dim)
-	storetest.Run(t, s, "idx-")
+	storetest.Run(t, s, "idx-", storetest.KeepsLate)
 }
 
 func TestMigrateChecksDimension(t *testing.T) {

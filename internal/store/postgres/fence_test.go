@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -17,15 +18,15 @@ import (
 func TestFenceRefusesAnOlderWriter(t *testing.T) {
 	s := openTest(t)
 	ctx := context.Background()
-	old, err := s.AcquireFence(ctx, "documents", 3, "member-a")
+	old, _, err := s.AcquireFence(ctx, "documents", 3, "member-a", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	newer, err := s.AcquireFence(ctx, "documents", 3, "member-b")
+	newer, _, err := s.AcquireFence(ctx, "documents", 3, "member-b", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	other, err := s.AcquireFence(ctx, "documents", 4, "member-a")
+	other, _, err := s.AcquireFence(ctx, "documents", 4, "member-a", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -62,7 +63,7 @@ func TestFenceRefusesAnOlderWriter(t *testing.T) {
 func TestAssignmentWaitsForTheWritesInFlight(t *testing.T) {
 	s := openTest(t)
 	ctx := context.Background()
-	old, err := s.AcquireFence(ctx, "documents", 0, "member-a")
+	old, _, err := s.AcquireFence(ctx, "documents", 0, "member-a", time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +77,7 @@ func TestAssignmentWaitsForTheWritesInFlight(t *testing.T) {
 	}
 	acquired := make(chan project.Fence, 1)
 	go func() {
-		f, err := s.AcquireFence(ctx, "documents", 0, "member-b")
+		f, _, err := s.AcquireFence(ctx, "documents", 0, "member-b", time.Minute)
 		if err != nil {
 			t.Errorf("AcquireFence: %v", err)
 		}
@@ -122,5 +123,103 @@ WHERE wait_event_type = 'Lock' AND strpos(query, $1) > 0`, text).Scan(&waiting)
 		if time.Now().After(deadline) {
 			t.Fatalf("never saw a statement with %q wait on a lock", text)
 		}
+	}
+}
+
+// TestLateWindow: the owner after one that did not release the partition
+// learns that an index write of it may land for the window given; after a
+// release it inherits what is left of an earlier window, and once that is
+// over, nothing. The release of a token that is no longer the newest
+// changes nothing.
+func TestLateWindow(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	const window = 20 * time.Second
+	acquire := func(writer string) (project.Fence, time.Duration) {
+		t.Helper()
+		f, late, err := s.AcquireFence(ctx, "documents", 7, writer, window)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f, late
+	}
+	first, late := acquire("first")
+	if late != 0 {
+		t.Errorf("the first owner ever waits %s for a late write, want 0", late)
+	}
+	_, late = acquire("second")
+	if late < window-5*time.Second || late > window {
+		t.Errorf("after an owner that did not release: late window %s, want about %s", late, window)
+	}
+	if err := s.ReleaseFence(ctx, first); err != nil {
+		t.Fatal(err)
+	}
+	third, late := acquire("third")
+	if late < window-5*time.Second || late > window {
+		t.Errorf("after an older token's release: late window %s, want about %s (the second owner did not release)", late, window)
+	}
+	if err := s.ReleaseFence(ctx, third); err != nil {
+		t.Fatal(err)
+	}
+	_, late = acquire("fourth")
+	if late < window-5*time.Second || late > window {
+		t.Errorf("after a release within an earlier window: late window %s, want what is left of it, about %s", late, window)
+	}
+	if _, err := s.pool.Exec(ctx, `UPDATE partition_writers SET released = true, late_until = now() - interval '1 second' WHERE source_partition = 7`); err != nil {
+		t.Fatal(err)
+	}
+	if _, late = acquire("fifth"); late != 0 {
+		t.Errorf("after a release with the earlier window over: late window %s, want 0", late)
+	}
+}
+
+// TestSettleRecords: a write made in the late window records its
+// documents for the partition's settle, which lists them in pages under
+// the newest token and forgets them; an older token is refused both.
+func TestSettleRecords(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	old, _, err := s.AcquireFence(ctx, "documents", 8, "old", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, _, err := s.AcquireFence(ctx, "documents", 8, "new", time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &project.Write{Fence: f, Settle: true,
+		Live:      []project.Document{storetest.Doc("s-b", 1, "x"), storetest.Doc("s-a", 1, "y")},
+		Withdrawn: []project.Withdrawal{{Key: "s-c", Version: 1}}}
+	if err := s.Apply(ctx, w, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Apply(ctx, &project.Write{Fence: f, Live: []project.Document{storetest.Doc("s-d", 1, "z")}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	page, err := s.Unsettled(ctx, f, "", 2)
+	if err != nil || !slices.Equal(page, []string{"s-a", "s-b"}) {
+		t.Fatalf("first page = %v, %v; want [s-a s-b]", page, err)
+	}
+	if page, err = s.Unsettled(ctx, f, "s-b", 2); err != nil || !slices.Equal(page, []string{"s-c"}) {
+		t.Fatalf("second page = %v, %v; want [s-c] (s-d was written outside the window)", page, err)
+	}
+	var fenced *project.FencedError
+	if _, err := s.Unsettled(ctx, old, "", 10); !errors.As(err, &fenced) {
+		t.Errorf("Unsettled under an older token = %v, want a FencedError", err)
+	}
+	if err := s.Settled(ctx, old, []string{"s-a"}); !errors.As(err, &fenced) {
+		t.Errorf("Settled under an older token = %v, want a FencedError", err)
+	}
+	if err := s.Settled(ctx, f, []string{"s-a", "s-b"}); err != nil {
+		t.Fatal(err)
+	}
+	if page, err = s.Unsettled(ctx, f, "", 10); err != nil || !slices.Equal(page, []string{"s-c"}) {
+		t.Errorf("after forgetting s-a and s-b: %v, %v; want [s-c]", page, err)
+	}
+	if err := s.CheckFence(ctx, f); err != nil {
+		t.Errorf("CheckFence of the newest token: %v", err)
+	}
+	if err := s.CheckFence(ctx, old); !errors.As(err, &fenced) {
+		t.Errorf("CheckFence of an older token = %v, want a FencedError", err)
 	}
 }

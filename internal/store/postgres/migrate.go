@@ -110,6 +110,22 @@ CREATE TABLE repair_lease (
 );
 INSERT INTO repair_lease DEFAULT VALUES;
 `,
+	// 6: the index's late window after a partition changes hands
+	// (fence.go): whether the partition's last writer released it, until
+	// when an index write of an earlier owner may still land, and the
+	// documents written meanwhile, which the owner then settles. Existing
+	// partitions count as not released: their next owner settles once.
+	`
+ALTER TABLE partition_writers
+	ADD COLUMN released   boolean NOT NULL DEFAULT false,
+	ADD COLUMN late_until timestamptz;
+CREATE TABLE index_settle (
+	source_topic     text NOT NULL,
+	source_partition integer NOT NULL,
+	document_key     text NOT NULL,
+	PRIMARY KEY (source_topic, source_partition, document_key)
+);
+`,
 }
 
 // migrationLock is the advisory lock key that serialises migrations when

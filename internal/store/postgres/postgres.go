@@ -247,7 +247,8 @@ WHERE l.content_hash IS DISTINCT FROM excluded.content_hash`
 // trip. The transaction first checks w's fence (refusing with a
 // *project.FencedError when the partition has a newer writer), then the
 // repair lease (lease.go): run's write waits while a repair holds it (a
-// *project.WaitError), a repair's write must still hold it.
+// *project.WaitError), a repair's write must still hold it. With w.Settle
+// it records the documents for the partition's settle (settle.go).
 func (s *Store) Apply(ctx context.Context, w *project.Write, ledger []project.LedgerEntry) error {
 	b := &pgx.Batch{}
 	docs, chunks, err := columnsOf(w)
@@ -272,6 +273,9 @@ func (s *Store) Apply(ctx context.Context, w *project.Write, ledger []project.Le
 	if len(ledger) > 0 {
 		l := newLedgerColumns(ledger)
 		b.Queue(insertLedger, l.keys, l.docs, l.versions, l.ops, l.hashes, l.counts, l.topics, l.partitions, l.offsets, l.correlations, l.writers)
+	}
+	if w.Settle && fenced && len(docs.keys) > 0 {
+		b.Queue(recordUnsettled, w.Fence.Topic, w.Fence.Partition, docs.keys)
 	}
 	if len(docs.keys) == 0 && len(ledger) == 0 {
 		return nil

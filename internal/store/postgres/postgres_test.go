@@ -55,7 +55,7 @@ func (r relationalUnderTest) Apply(ctx context.Context, w *project.Write) error 
 
 func TestConformance(t *testing.T) {
 	s := openTest(t)
-	storetest.Run(t, relationalUnderTest{s}, "pg-")
+	storetest.Run(t, relationalUnderTest{s}, "pg-", storetest.RefusesLate)
 }
 
 func TestMigrateIsIdempotent(t *testing.T) {

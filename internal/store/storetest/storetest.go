@@ -48,9 +48,24 @@ func Doc(key string, version int64, texts ...string) project.Document {
 	return d
 }
 
+// Late says what a store does with a late write: one of a member that lost
+// its partition, of an earlier event than the one the store holds.
+type Late int
+
+const (
+	// RefusesLate stores (the graph, the relational store) leave what they
+	// hold as it is.
+	RefusesLate Late = iota
+	// KeepsLate stores (the index, which has no transaction to refuse a
+	// write in) add the late write's points of ids the newer event does
+	// not have, and keep the newer event's: never take them away. An
+	// exact write of the current state (the owner's settle) removes them.
+	KeepsLate
+)
+
 // Run runs the conformance cases; prefix makes the document keys unique to
 // this run, so stores shared between tests are not disturbed.
-func Run(t *testing.T, s Store, prefix string) {
+func Run(t *testing.T, s Store, prefix string, late Late) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	k := func(name string) string { return prefix + name }
@@ -73,6 +88,10 @@ func Run(t *testing.T, s Store, prefix string) {
 		name  string
 		write project.Write
 		want  map[string][]uuid.UUID
+		// lateIDs are the ids a KeepsLate store adds; settle is the
+		// owner's exact write that removes them again.
+		lateIDs map[string][]uuid.UUID
+		settle  project.Write
 	}{
 		{
 			name:  "first versions",
@@ -95,9 +114,11 @@ func Run(t *testing.T, s Store, prefix string) {
 			want:  map[string][]uuid.UUID{a: keys.ChunkIDs(a, 2, 1), b: keys.ChunkIDs(b, 1, 2)},
 		},
 		{
-			name:  "an older version's late write changes nothing",
-			write: project.Write{Live: []project.Document{Doc(a, 1, "one", "two", "three")}},
-			want:  map[string][]uuid.UUID{a: keys.ChunkIDs(a, 2, 1), b: keys.ChunkIDs(b, 1, 2)},
+			name:    "an older version's late write changes nothing",
+			write:   project.Write{Live: []project.Document{Doc(a, 1, "one", "two", "three")}},
+			want:    map[string][]uuid.UUID{a: keys.ChunkIDs(a, 2, 1), b: keys.ChunkIDs(b, 1, 2)},
+			lateIDs: map[string][]uuid.UUID{a: keys.ChunkIDs(a, 1, 3)},
+			settle:  project.Write{Live: []project.Document{Doc(a, 2, "uno")}, Exact: true},
 		},
 		{
 			name:  "an older version's late withdrawal removes nothing",
@@ -132,9 +153,11 @@ func Run(t *testing.T, s Store, prefix string) {
 		{
 			// Its chunk ids are the later event's and one more: a store
 			// that compared versions only would take it.
-			name:  "an earlier event of the same version read late changes nothing",
-			write: project.Write{Live: []project.Document{at(Doc(c, 1, "x", "y", "z"), 10)}},
-			want:  map[string][]uuid.UUID{a: keys.ChunkIDs(a, 2, 1), hostile: keys.ChunkIDs(hostile, 1, 3), c: keys.ChunkIDs(c, 1, 2)},
+			name:    "an earlier event of the same version read late changes nothing",
+			write:   project.Write{Live: []project.Document{at(Doc(c, 1, "x", "y", "z"), 10)}},
+			want:    map[string][]uuid.UUID{a: keys.ChunkIDs(a, 2, 1), hostile: keys.ChunkIDs(hostile, 1, 3), c: keys.ChunkIDs(c, 1, 2)},
+			lateIDs: map[string][]uuid.UUID{c: {keys.ChunkID(c, 1, 2)}},
+			settle:  project.Write{Live: []project.Document{at(Doc(c, 1, "p", "q"), 20)}, Exact: true},
 		},
 		{
 			name:  "an event of one incarnation of the topic",
@@ -153,33 +176,49 @@ func Run(t *testing.T, s Store, prefix string) {
 		if err := s.Apply(ctx, &st.write); err != nil {
 			t.Fatalf("%s: Apply: %v", st.name, err)
 		}
-		ids, err := s.ChunkIDs(ctx, all)
-		if err != nil {
-			t.Fatalf("%s: ChunkIDs: %v", st.name, err)
-		}
-		counts, err := s.ChunkCounts(ctx, all)
-		if err != nil {
-			t.Fatalf("%s: ChunkCounts: %v", st.name, err)
-		}
-		for _, key := range all {
-			got, want := sorted(ids[key]), sorted(st.want[key])
-			if !slices.Equal(got, want) {
-				t.Errorf("%s: ids of %q = %v, want %v", st.name, key, got, want)
+		if late == KeepsLate && st.lateIDs != nil {
+			kept := map[string][]uuid.UUID{}
+			for k, ids := range st.want {
+				kept[k] = append(slices.Clone(ids), st.lateIDs[k]...)
 			}
-			if counts[key] != len(want) {
-				t.Errorf("%s: count of %q = %d, want %d", st.name, key, counts[key], len(want))
+			check(ctx, t, s, st.name+" (the late points kept beside the newer)", all, kept)
+			if err := s.Apply(ctx, &st.settle); err != nil {
+				t.Fatalf("%s: the owner's exact write: %v", st.name, err)
 			}
 		}
-		// Qdrant's exact facet also returns a value whose points were all
-		// deleted, with count 0: a caller that takes a key as present
-		// would count a withdrawn document.
-		for key, n := range counts {
-			if n == 0 {
-				t.Errorf("%s: ChunkCounts holds %q with 0 chunks, want a document without chunks left out", st.name, key)
-			}
-		}
+		check(ctx, t, s, st.name, all, st.want)
 	}
 	cancelled(t, s, Doc(a, 3, "tres"))
+}
+
+// check requires s to hold exactly want of the documents all.
+func check(ctx context.Context, t *testing.T, s Store, step string, all []string, want map[string][]uuid.UUID) {
+	t.Helper()
+	ids, err := s.ChunkIDs(ctx, all)
+	if err != nil {
+		t.Fatalf("%s: ChunkIDs: %v", step, err)
+	}
+	counts, err := s.ChunkCounts(ctx, all)
+	if err != nil {
+		t.Fatalf("%s: ChunkCounts: %v", step, err)
+	}
+	for _, key := range all {
+		got, want := sorted(ids[key]), sorted(want[key])
+		if !slices.Equal(got, want) {
+			t.Errorf("%s: ids of %q = %v, want %v", step, key, got, want)
+		}
+		if counts[key] != len(want) {
+			t.Errorf("%s: count of %q = %d, want %d", step, key, counts[key], len(want))
+		}
+	}
+	// Qdrant's exact facet also returns a value whose points were all
+	// deleted, with count 0: a caller that takes a key as present
+	// would count a withdrawn document.
+	for key, n := range counts {
+		if n == 0 {
+			t.Errorf("%s: ChunkCounts holds %q with 0 chunks, want a document without chunks left out", step, key)
+		}
+	}
 }
 
 // cancelled requires a call made after its context ended to say so in Go's
