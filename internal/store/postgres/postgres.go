@@ -45,7 +45,8 @@ const defaultConnectTimeout = 10 * time.Second
 var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
 // Open connects to dsn with tables in schema (created by Migrate). The pool
-// connects lazily; use Ping to find out whether the server answers.
+// connects lazily; use Ping to find out whether the server answers. Every
+// session starts with the bounds of session.go, unless the DSN sets its own.
 func Open(ctx context.Context, dsn, schema string) (*Store, error) {
 	if !schemaName.MatchString(schema) {
 		return nil, fmt.Errorf("postgres schema %q: want lower-case letters, digits and _, starting with a letter or _", schema)
@@ -64,6 +65,7 @@ func Open(ctx context.Context, dsn, schema string) (*Store, error) {
 	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = schema
 	cfg.ConnConfig.RuntimeParams["application_name"] = "projector"
+	bound(cfg)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open postgres pool: %w", err)
@@ -378,12 +380,28 @@ func classify(err error) error {
 	case errors.As(err, &pgErr) && pgErr.Code == "57014" && !strings.Contains(pgErr.Message, "statement timeout"):
 		// A statement cancelled on request (the call's context ended, an
 		// operator's pg_cancel_backend) is not the timeout's limit.
+	case lockTimedOut(err):
+		err = lockTimeout{err}
 	case errors.As(err, &pgErr):
 		kind, limit = kindOfCode(pgErr.Code)
 	case pgconn.SafeToRetry(err):
 	}
 	return &project.StoreError{Store: project.StoreRelational, Kind: kind, LimitName: limit, Err: err}
 }
+
+// lockTimedOut reports whether err is a wait for a lock that LockTimeout
+// (or the DSN's lock_timeout) ended: another session holds it.
+func lockTimedOut(err error) bool {
+	pgErr, ok := errors.AsType[*pgconn.PgError](err)
+	return ok && pgErr.Code == "55P03"
+}
+
+// lockTimeout is a lock_timeout error with project.ErrLockTimeout in its
+// chain, so a caller can say what it waited for; its message is the
+// server's.
+type lockTimeout struct{ error }
+
+func (e lockTimeout) Unwrap() []error { return []error{e.error, project.ErrLockTimeout} }
 
 // postgresLimits are the SQLSTATEs of a limit of the server or of the
 // request, not of a record, named as PostgreSQL names the condition: a
