@@ -108,6 +108,10 @@ type Config struct {
 	// a partition it fetches lags before Stalled reports it wedged
 	// (default 5 minutes).
 	StallTimeout time.Duration
+	// FenceTimeout bounds one attempt to take an assigned partition's
+	// fencing token (default 10 s, above the relational store's lock
+	// timeout, which usually ends a wait behind an earlier writer first).
+	FenceTimeout time.Duration
 }
 
 // Check refuses settings under which the consumer cannot keep its
@@ -339,6 +343,9 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer, h *health.Statu
 	}
 	if cfg.StallTimeout <= 0 {
 		cfg.StallTimeout = 5 * time.Minute
+	}
+	if cfg.FenceTimeout <= 0 {
+		cfg.FenceTimeout = 10 * time.Second
 	}
 	if cfg.LagInterval <= 0 {
 		cfg.LagInterval = 5 * time.Second
