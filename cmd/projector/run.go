@@ -232,6 +232,7 @@ func serve(ctx context.Context, f *runFlags, log *zap.Logger, reg *prometheus.Re
 		return err
 	}
 	defer st.close(context.WithoutCancel(ctx))
+	st.relational.InjectFaults(faults)
 	if err := st.migrate(ctx, log, f.migrate); err != nil {
 		return err
 	}

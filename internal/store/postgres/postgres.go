@@ -34,7 +34,20 @@ type Store struct {
 	// lease is set while this Store holds the repair lease: its writes
 	// then check that it still does, instead of waiting for it.
 	lease atomic.Pointer[Lease]
+	// faults is told the point inside a write's transaction; nil in
+	// production (InjectFaults).
+	faults project.Faults
 }
+
+// BeforeCommit is the fault point inside every write's transaction, after
+// its statements ran (its partition's row held FOR SHARE) and before its
+// commit: where the tests freeze a writer.
+const BeforeCommit = "before-relational-commit"
+
+// InjectFaults makes every write tell f the point BeforeCommit, for the
+// tests of a writer stopped inside its transaction (internal/fault). Call
+// it before the first write.
+func (s *Store) InjectFaults(f project.Faults) { s.faults = f }
 
 var _ project.Relational = (*Store)(nil)
 
@@ -300,7 +313,13 @@ func (s *Store) Apply(ctx context.Context, w *project.Write, ledger []project.Le
 			_ = results.Close()
 			return err
 		}
-		return results.Close()
+		if err := results.Close(); err != nil {
+			return err
+		}
+		if s.faults != nil {
+			s.faults.At(ctx, BeforeCommit)
+		}
+		return nil
 	})
 	if err != nil {
 		return classify(fmt.Errorf("write batch: %w", err))
