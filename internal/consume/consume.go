@@ -81,8 +81,10 @@ type Config struct {
 	// are drained one after the other. The bounds count compressed bytes:
 	// well-compressed records take several times more once decompressed.
 	FetchMaxPartitionBytes int32
-	// ShutdownTimeout is how long in-flight batches may take to finish once
-	// the service is asked to stop; then they are abandoned uncommitted.
+	// ShutdownTimeout is how long in-flight batches may take to finish,
+	// and the group to be left, once the service is asked to stop; then
+	// the batches are abandoned uncommitted (default
+	// DefaultShutdownTimeout, at most MaxShutdownTimeout).
 	ShutdownTimeout time.Duration
 	// RebalanceTimeout is how long the group waits for every member to
 	// finish its revokes when it rebalances (kgo.RebalanceTimeout).
@@ -114,13 +116,26 @@ type Config struct {
 	FenceTimeout time.Duration
 }
 
+// The shares of Run's stop in the process's 10 s (internal/shutdown):
+// in-flight batches and the group leave get ShutdownTimeout, the stores'
+// closes and the exit what is left.
+const (
+	DefaultShutdownTimeout = 5 * time.Second
+	MaxShutdownTimeout     = 6 * time.Second
+)
+
 // Check refuses settings under which the consumer cannot keep its
 // promises, so that a caller can refuse them before it starts anything: a
 // revoke timeout at or above the rebalance timeout would let the group give
-// a partition to another member while the old one still writes it.
+// a partition to another member while the old one still writes it, and a
+// shutdown timeout above MaxShutdownTimeout would keep a stopping process
+// past its 10 s.
 func (c Config) Check() error {
 	if c.RevokeTimeout > 0 && c.RebalanceTimeout > 0 && c.RevokeTimeout >= c.RebalanceTimeout {
 		return fmt.Errorf("revoke timeout %s must be below the rebalance timeout %s", c.RevokeTimeout, c.RebalanceTimeout)
+	}
+	if c.ShutdownTimeout > MaxShutdownTimeout {
+		return fmt.Errorf("shutdown timeout %s must be at most %s, so that a stopping process exits within 10 s", c.ShutdownTimeout, MaxShutdownTimeout)
 	}
 	return nil
 }
@@ -339,7 +354,7 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer, h *health.Statu
 		cfg.FetchMaxPartitionBytes = 1 << 20
 	}
 	if cfg.ShutdownTimeout <= 0 {
-		cfg.ShutdownTimeout = 25 * time.Second
+		cfg.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	if cfg.StallTimeout <= 0 {
 		cfg.StallTimeout = 5 * time.Minute

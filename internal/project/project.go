@@ -445,8 +445,10 @@ func (p *Projector) fault(ctx context.Context, point string) {
 }
 
 // undoTimeout bounds undoUnfinished's store calls, which it makes after
-// the batch's own context ended.
-const undoTimeout = 5 * time.Second
+// the batch's own context ended. A stopping process waits for them within
+// its 10 s (internal/shutdown): removing a batch's points takes the index
+// milliseconds, and one that does not answer must not take that budget.
+const undoTimeout = 2 * time.Second
 
 // undoUnfinished returns err; when the batch did not finish because a store
 // refused its fence (a *FencedError) or because its context ended (its
