@@ -234,7 +234,11 @@ func serve(ctx context.Context, f *runFlags, log *zap.Logger, reg *prometheus.Re
 	if err != nil {
 		return err
 	}
-	defer st.close(context.WithoutCancel(ctx))
+	defer func() {
+		if err := st.close(context.WithoutCancel(ctx)); err != nil {
+			log.Warn("stopping without waiting longer for a store to close", zap.Error(err))
+		}
+	}()
 	st.relational.InjectFaults(faults)
 	if err := st.migrate(ctx, log, f.migrate); err != nil {
 		return err
