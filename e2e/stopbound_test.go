@@ -3,122 +3,16 @@ package e2e
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/url"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/projector/projector/internal/testenv"
 )
-
-// stallProxy is a TCP proxy in front of a store. Once stranded it passes no
-// byte either way and closes nothing, and the connections made to it from
-// then on are accepted and never read: every connection through it is
-// half-open, as after a network fault that drops everything and resets
-// nothing. The kernels on both sides still acknowledge what they are
-// sent, so neither TCP keepalives nor TCP_USER_TIMEOUT notice it: only
-// deadlines and bounded closes end a wait on it.
-type stallProxy struct {
-	ln       net.Listener
-	target   string
-	stranded chan struct{}
-	strand   func()
-	// dropped counts the bytes read since it was stranded and never passed
-	// on: the projector's attempts to talk to the store.
-	dropped atomic.Int64
-	// ended is closed at the end of the test: the held connections close.
-	ended chan struct{}
-	mu    sync.Mutex
-	conns []net.Conn
-}
-
-// newStallProxy listens on a free port of 127.0.0.1 and forwards to target
-// until stranded; it closes everything when the test ends.
-func newStallProxy(t *testing.T, target string) *stallProxy {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := &stallProxy{ln: ln, target: target, stranded: make(chan struct{}), ended: make(chan struct{})}
-	p.strand = sync.OnceFunc(func() { close(p.stranded) })
-	go p.serve()
-	t.Cleanup(func() {
-		close(p.ended)
-		_ = ln.Close()
-		p.mu.Lock()
-		defer p.mu.Unlock()
-		for _, c := range p.conns {
-			_ = c.Close()
-		}
-	})
-	return p
-}
-
-func (p *stallProxy) addr() string { return p.ln.Addr().String() }
-
-// hold keeps c until the test ends.
-func (p *stallProxy) hold(c net.Conn) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.conns = append(p.conns, c)
-}
-
-func (p *stallProxy) serve() {
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.hold(c)
-		select {
-		case <-p.stranded:
-			continue // accepted by the kernel, never read
-		default:
-		}
-		server, err := net.Dial("tcp", p.target)
-		if err != nil {
-			_ = c.Close()
-			continue
-		}
-		p.hold(server)
-		go p.pipe(server, c)
-		go p.pipe(c, server)
-	}
-}
-
-// pipe copies src to dst until either ends, which then ends the other, or
-// until the proxy is stranded: from then on it reads no more and closes
-// nothing.
-func (p *stallProxy) pipe(dst, src net.Conn) {
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		select {
-		case <-p.stranded:
-			p.dropped.Add(int64(n))
-			<-p.ended
-			return
-		default:
-		}
-		if n > 0 {
-			if _, werr := dst.Write(buf[:n]); werr != nil {
-				err = werr
-			}
-		}
-		if err != nil {
-			_ = dst.Close()
-			_ = src.Close()
-			return
-		}
-	}
-}
 
 // TestStopWithHalfOpenStore strands one store at a time behind a proxy
 // that passes no byte and resets nothing, while the projector writes a
@@ -145,22 +39,22 @@ func TestStopWithHalfOpenStore(t *testing.T) {
 		t.Run(tc.store, func(t *testing.T) {
 			w := newWorld(t, 1)
 			m := newModel()
-			proxy := newStallProxy(t, tc.target(t))
+			proxy := testenv.NewStallProxy(t, tc.target(t))
 			// A short session, so that the projector started again does
 			// not wait long for the group to drop this one: a stop whose
 			// batch is cut short does not wait to leave the group.
-			p := w.start(nil, append(tc.flags(t, proxy.addr()), "--session-timeout", "6s")...)
+			p := w.start(nil, append(tc.flags(t, proxy.Addr()), "--session-timeout", "6s")...)
 			before := doc{Key: w.key("before"), Version: 1, Title: "before", Chunks: []string{"a", "b"}}
 			m.apply(before)
 			w.produce(before.record())
 			w.waitDrained(p, time.Minute)
 
-			proxy.strand()
+			proxy.Strand()
 			stranded := doc{Key: w.key("stranded"), Version: 1, Title: "stranded", Chunks: []string{"c"}}
 			m.apply(stranded)
 			w.produce(stranded.record())
 			waitFor(t, time.Minute, "the projector to wait on the stranded "+tc.store, func() bool {
-				if proxy.dropped.Load() == 0 {
+				if proxy.Dropped() == 0 {
 					return false
 				}
 				for _, age := range series(p.metrics(), "projector_oldest_uncommitted_age_seconds") {
