@@ -239,7 +239,9 @@ func serve(ctx context.Context, f *runFlags, log *zap.Logger, reg *prometheus.Re
 			log.Warn("stopping without waiting longer for a store to close", zap.Error(err))
 		}
 	}()
-	st.relational.InjectFaults(faults)
+	if faults != nil {
+		st.relational.InjectFaults(faults)
+	}
 	if err := st.migrate(ctx, log, f.migrate); err != nil {
 		return err
 	}
