@@ -19,6 +19,7 @@ import (
 
 	"github.com/projector/projector/internal/config"
 	"github.com/projector/projector/internal/project"
+	"github.com/projector/projector/internal/shutdown"
 	"github.com/projector/projector/internal/store/graph"
 	"github.com/projector/projector/internal/store/index"
 	"github.com/projector/projector/internal/store/postgres"
@@ -365,10 +366,19 @@ func (s *storeFlags) graphConfig(password string, tlsConfig *tls.Config) graph.C
 		ChunkText: s.graphChunkText}
 }
 
-func (st *stores) close(ctx context.Context) {
-	_ = st.index.Close()
-	_ = st.graph.Close(ctx)
-	st.relational.Close()
+// close closes the three adapters at once, and gives up on those that have
+// not closed within shutdown.CloseTimeout: a store whose connections are
+// dead (a peer that passes no byte and resets nothing) must not hold the
+// process past the 10 s a stop may take. The error names those given up.
+func (st *stores) close(ctx context.Context) error {
+	return shutdown.CloseAll(ctx, shutdown.CloseTimeout,
+		shutdown.Closer{Name: "Qdrant", Close: func(context.Context) error { return st.index.Close() }},
+		shutdown.Closer{Name: "Neo4j", Close: st.graph.Close},
+		shutdown.Closer{Name: "PostgreSQL", Close: func(context.Context) error {
+			st.relational.Close()
+			return nil
+		}},
+	)
 }
 
 // migrate creates what each store needs, in the write order. A store that

@@ -11,15 +11,34 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/pprof"
 	"syscall"
+
+	"github.com/projector/projector/internal/shutdown"
 )
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	disarm := shutdown.Watchdog(ctx, shutdown.Limit, func() { forceExit(os.Stderr) })
 	e := env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, environ: os.Environ}
 	code := dispatch(ctx, os.Args[1:], e)
+	disarm()
 	stop()
 	os.Exit(code)
+}
+
+// exitForced is the status of a process that was asked to stop and had not
+// finished stopping within shutdown.Limit: a step of its stop ignored its
+// deadline. Nothing is lost by it (what was not committed is delivered
+// again), but it is a bug to report.
+const exitForced = 5
+
+// forceExit ends the process with exitForced, first writing the stacks of
+// its goroutines to w, to show what the stop still waited for.
+func forceExit(w io.Writer) {
+	fmt.Fprintf(w, "projector: still running %s after the stop signal; exiting with status %d; the goroutines still running:\n", shutdown.Limit, exitForced)
+	_ = pprof.Lookup("goroutine").WriteTo(w, 1)
+	os.Exit(exitForced)
 }
 
 // command is one subcommand.

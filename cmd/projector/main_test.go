@@ -182,16 +182,25 @@ func TestExtraArgumentsAreRefused(t *testing.T) {
 }
 
 // TestContradictoryTimeoutsAreRefusedFirst: a revoke timeout at or above
-// the rebalance timeout is a usage error (exit 2), found before the
-// service touches any store or topic; it used to stop the start with
+// the rebalance timeout, or a shutdown timeout that would keep a stopping
+// process past 10 s, is a usage error (exit 2), found before the service
+// touches any store or topic; the first used to stop the start with
 // status 1 after the migrations had run and the dead-letter topic was made.
 func TestContradictoryTimeoutsAreRefusedFirst(t *testing.T) {
-	var stdout, stderr bytes.Buffer
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
-	code := run(ctx, []string{"run", "--revoke-timeout", "60s", "--rebalance-timeout", "60s"}, strings.NewReader(""), &stdout, &stderr,
-		func(string) string { return "" })
-	if code != 2 || !strings.Contains(stderr.String(), "must be below the rebalance timeout") {
-		t.Errorf("run with --revoke-timeout 60s --rebalance-timeout 60s = exit %d, stderr %q; want exit 2 naming both", code, stderr.String())
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--revoke-timeout", "60s", "--rebalance-timeout", "60s"}, "must be below the rebalance timeout"},
+		{[]string{"--shutdown-timeout", "25s"}, "--shutdown-timeout: shutdown timeout 25s must be at most 6s"},
+	} {
+		var stdout, stderr bytes.Buffer
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		code := run(ctx, append([]string{"run"}, tt.args...), strings.NewReader(""), &stdout, &stderr,
+			func(string) string { return "" })
+		if code != 2 || !strings.Contains(stderr.String(), tt.want) {
+			t.Errorf("run %s = exit %d, stderr %q; want exit 2 saying %q", strings.Join(tt.args, " "), code, stderr.String(), tt.want)
+		}
 	}
 }

@@ -105,7 +105,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.IntVar(&f.maxBatchBytes, "max-batch-bytes", project.DefaultMaxBatchBytes, "bytes per store write (record values and chunk vectors); a larger batch is written and fenced in parts, a larger record alone")
 	fs.IntVar(&f.fetchMaxBytes, "fetch-max-bytes", 16<<20, "bytes the Kafka client buffers per fetch; with --max-poll-records it bounds memory")
 	fs.IntVar(&f.fetchPartBytes, "fetch-max-partition-bytes", 1<<20, "bytes of one partition per fetch; well below --fetch-max-bytes so each fetch feeds every partition's worker (compressed bytes: decompressed records take more)")
-	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", 25*time.Second, "time in-flight batches get to finish on SIGTERM before they are abandoned uncommitted")
+	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", consume.DefaultShutdownTimeout, "time in-flight batches get to finish and the group to be left on SIGTERM before the batches are abandoned uncommitted; at most "+consume.MaxShutdownTimeout.String()+", so that the process exits within 10 s")
 	fs.DurationVar(&f.sessionTimeout, "session-timeout", 45*time.Second, "how long the group waits for a silent member before moving its partitions (the broker bounds it, 6s..30m by default)")
 	fs.DurationVar(&f.rebalance, "rebalance-timeout", 60*time.Second, "how long the group waits for its members to give up revoked partitions in a rebalance")
 	fs.DurationVar(&f.livenessTimeout, "liveness-timeout", 5*time.Minute, "/livez fails when the poll loop has waited this long for records while the brokers say a partition it fetches has some (a wedged client; a slow store or a broker outage does not count)")
@@ -183,6 +183,9 @@ func runService(ctx context.Context, f *runFlags, log *zap.Logger, getenv func(s
 	if err := (consume.Config{RebalanceTimeout: f.rebalance, RevokeTimeout: f.revokeTimeout}).Check(); err != nil {
 		return usageError(fmt.Errorf("--revoke-timeout, --rebalance-timeout: %w", err))
 	}
+	if err := (consume.Config{ShutdownTimeout: f.shutdownTimeout}).Check(); err != nil {
+		return usageError(fmt.Errorf("--shutdown-timeout: %w", err))
+	}
 	if f.adminAddr != "" && !admin.Loopback(f.adminAddr) && f.adminToken.secret == "" {
 		return usageError(fmt.Errorf("--admin-addr %s is reachable from other machines: give a token with --admin-token-file or %s, or listen on 127.0.0.1", f.adminAddr, adminTokenEnv))
 	}
@@ -232,7 +235,14 @@ func serve(ctx context.Context, f *runFlags, log *zap.Logger, reg *prometheus.Re
 	if err != nil {
 		return err
 	}
-	defer st.close(context.WithoutCancel(ctx))
+	defer func() {
+		if err := st.close(context.WithoutCancel(ctx)); err != nil {
+			log.Warn("stopping without waiting longer for a store to close", zap.Error(err))
+		}
+	}()
+	if faults != nil {
+		st.relational.InjectFaults(faults)
+	}
 	if err := st.migrate(ctx, log, f.migrate); err != nil {
 		return err
 	}

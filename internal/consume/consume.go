@@ -87,8 +87,10 @@ type Config struct {
 	// are drained one after the other. The bounds count compressed bytes:
 	// well-compressed records take several times more once decompressed.
 	FetchMaxPartitionBytes int32
-	// ShutdownTimeout is how long in-flight batches may take to finish once
-	// the service is asked to stop; then they are abandoned uncommitted.
+	// ShutdownTimeout is how long in-flight batches may take to finish,
+	// and the group to be left, once the service is asked to stop; then
+	// the batches are abandoned uncommitted (default
+	// DefaultShutdownTimeout, at most MaxShutdownTimeout).
 	ShutdownTimeout time.Duration
 	// RebalanceTimeout is how long the group waits for every member to
 	// finish its revokes when it rebalances (kgo.RebalanceTimeout).
@@ -114,15 +116,32 @@ type Config struct {
 	// a partition it fetches lags before Stalled reports it wedged
 	// (default 5 minutes).
 	StallTimeout time.Duration
+	// FenceTimeout bounds one attempt to take an assigned partition's
+	// fencing token (default 10 s, above the relational store's lock
+	// timeout, which usually ends a wait behind an earlier writer first).
+	FenceTimeout time.Duration
 }
+
+// The shares of Run's stop in the process's 10 s (internal/shutdown):
+// in-flight batches and the group leave get ShutdownTimeout, the stores'
+// closes and the exit what is left.
+const (
+	DefaultShutdownTimeout = 5 * time.Second
+	MaxShutdownTimeout     = 6 * time.Second
+)
 
 // Check refuses settings under which the consumer cannot keep its
 // promises, so that a caller can refuse them before it starts anything: a
 // revoke timeout at or above the rebalance timeout would let the group give
-// a partition to another member while the old one still writes it.
+// a partition to another member while the old one still writes it, and a
+// shutdown timeout above MaxShutdownTimeout would keep a stopping process
+// past its 10 s.
 func (c Config) Check() error {
 	if c.RevokeTimeout > 0 && c.RebalanceTimeout > 0 && c.RevokeTimeout >= c.RebalanceTimeout {
 		return fmt.Errorf("revoke timeout %s must be below the rebalance timeout %s", c.RevokeTimeout, c.RebalanceTimeout)
+	}
+	if c.ShutdownTimeout > MaxShutdownTimeout {
+		return fmt.Errorf("shutdown timeout %s must be at most %s, so that a stopping process exits within 10 s", c.ShutdownTimeout, MaxShutdownTimeout)
 	}
 	return nil
 }
@@ -341,10 +360,13 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer, h *health.Statu
 		cfg.FetchMaxPartitionBytes = 1 << 20
 	}
 	if cfg.ShutdownTimeout <= 0 {
-		cfg.ShutdownTimeout = 25 * time.Second
+		cfg.ShutdownTimeout = DefaultShutdownTimeout
 	}
 	if cfg.StallTimeout <= 0 {
 		cfg.StallTimeout = 5 * time.Minute
+	}
+	if cfg.FenceTimeout <= 0 {
+		cfg.FenceTimeout = 10 * time.Second
 	}
 	if cfg.LagInterval <= 0 {
 		cfg.LagInterval = 5 * time.Second

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -550,6 +551,46 @@ func TestWorkersWriteUnderTheirFence(t *testing.T) {
 	})
 	second.stop()
 	first.stop()
+}
+
+// heldFences is memFences behind an earlier writer that still holds the
+// partitions: the first attempt ends with the store's lock timeout, the
+// second outlasts the attempt's deadline, as a store that does not answer.
+type heldFences struct {
+	memFences
+	attempts atomic.Int32
+}
+
+func (f *heldFences) AcquireFence(ctx context.Context, topic string, partition int32) (project.Fence, error) {
+	switch f.attempts.Add(1) {
+	case 1:
+		return project.Fence{}, &project.StoreError{Store: project.StoreRelational, Err: fmt.Errorf("take the fencing token: %w", project.ErrLockTimeout)}
+	case 2:
+		<-ctx.Done()
+		return project.Fence{}, ctx.Err()
+	}
+	return f.memFences.AcquireFence(ctx, topic, partition)
+}
+
+// TestFenceTimeoutsAreCountedAndRetried: an attempt to take a token that
+// times out, by the store's lock timeout or by FenceTimeout, is counted
+// and retried, and the partition is handled once the token is granted.
+// Before FenceTimeout an attempt behind a frozen writer never returned.
+func TestFenceTimeoutsAreCountedAndRetried(t *testing.T) {
+	c := newCluster(t, 1, 3)
+	fences := &heldFences{}
+	h := &fencedHandler{}
+	m := c.startFenced("held", h, fences, func(cfg *Config) { cfg.FenceTimeout = 100 * time.Millisecond })
+	waitFor(t, "the partition handled", func() bool { return len(h.tokens(0)) > 0 })
+	if got := h.tokens(0)[0]; got != 1 {
+		t.Errorf("partition handled under token %d, want 1", got)
+	}
+	if got := testutil.ToFloat64(m.c.m.fenceTimeouts); got != 2 {
+		t.Errorf("projector_fence_acquire_timeouts_total = %v, want 2", got)
+	}
+	if p := m.health.Problems(); len(p) != 0 {
+		t.Errorf("problems once the token was taken = %v, want none", p)
+	}
 }
 
 // TestLagKnownFromAssignment: a partition's lag and the age of its backlog

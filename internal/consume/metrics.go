@@ -15,6 +15,7 @@ type metrics struct {
 	commitSeconds prometheus.Histogram
 	commitErrors  prometheus.Counter
 	fetchErrors   prometheus.Counter
+	fenceTimeouts prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, pendingAges func() map[partitionKey]float64) *metrics {
@@ -44,6 +45,10 @@ func newMetrics(reg prometheus.Registerer, pendingAges func() map[partitionKey]f
 			Name: "projector_fetch_errors_total",
 			Help: "Fetch errors reported by the Kafka client after its own retries.",
 		}),
+		fenceTimeouts: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "projector_fence_acquire_timeouts_total",
+			Help: "Attempts to take an assigned partition's fencing token that timed out: an earlier writer still held the partition (one stopped inside its relational transaction holds it until the store ends its session); each is retried.",
+		}),
 	}
 	oldest := &ageCollector{ages: pendingAges, desc: prometheus.NewDesc("projector_oldest_uncommitted_age_seconds",
 		"Age of the oldest record not yet committed, per assigned partition, from its receipt, or from the partition's assignment for a backlog not received yet; 0 when none. A growing value is a stuck partition.",
@@ -51,7 +56,7 @@ func newMetrics(reg prometheus.Registerer, pendingAges func() map[partitionKey]f
 	for _, r := range project.HaltReasons() {
 		m.halts.WithLabelValues(string(r))
 	}
-	reg.MustRegister(m.lag, m.halted, m.halts, m.commitSeconds, m.commitErrors, m.fetchErrors, oldest)
+	reg.MustRegister(m.lag, m.halted, m.halts, m.commitSeconds, m.commitErrors, m.fetchErrors, m.fenceTimeouts, oldest)
 	return m
 }
 

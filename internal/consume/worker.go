@@ -3,6 +3,7 @@ package consume
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -408,7 +409,11 @@ func (w *worker) seedLag(ctx context.Context) {
 }
 
 // acquireFence takes the member's claim on the partition before its first
-// batch, retrying while the store that keeps the tokens fails. It reports
+// batch, retrying while the store that keeps the tokens fails. Each attempt
+// is bounded by FenceTimeout: the token waits for the partition's earlier
+// writer, and one stopped inside its transaction holds the partition until
+// the store ends its session (the store's lock timeout usually ends the
+// attempt first). A timed-out attempt is counted and retried. It reports
 // false when the partition was revoked or the service stops first.
 func (w *worker) acquireFence(ctx context.Context) (project.Fence, bool) {
 	if w.c.fences == nil {
@@ -417,13 +422,19 @@ func (w *worker) acquireFence(ctx context.Context) (project.Fence, bool) {
 	component := "partition " + w.topic + "/" + strconv.Itoa(int(w.partition))
 	policy := retry.Policy{Min: 100 * time.Millisecond, Max: 10 * time.Second}
 	for attempt := 0; ; attempt++ {
-		fence, err := w.c.fences.AcquireFence(ctx, w.topic, w.partition)
+		actx, cancel := context.WithTimeout(ctx, w.c.cfg.FenceTimeout)
+		fence, err := w.c.fences.AcquireFence(actx, w.topic, w.partition)
+		cancel()
 		if err == nil {
 			if attempt > 0 {
 				w.c.health.Recover(component)
 			}
 			w.log.Info("partition fenced for this member", zap.Int64("token", fence.Token))
 			return fence, true
+		}
+		if ctx.Err() == nil && (errors.Is(err, project.ErrLockTimeout) || errors.Is(err, context.DeadlineExceeded)) {
+			w.c.m.fenceTimeouts.Inc()
+			err = fmt.Errorf("timed out: an earlier writer still holds the partition (one stopped inside its transaction holds it until the store ends its session): %w", err)
 		}
 		if w.c.health.Fail(component, "cannot take the fencing token: "+err.Error()) {
 			w.log.Warn("cannot take the partition's fencing token; retrying", zap.Error(err))

@@ -28,6 +28,8 @@ import (
 //	                             of documents whose key contains it
 //
 // Points: before-index, after-index, after-graph, after-relational (run);
+// before-relational-commit (run: inside the relational write's transaction,
+// its statements run and its partition's row held, before COMMIT);
 // before-repair-write (reconcile --repair, between reading the relational
 // copy and writing it); after-redrive-publish (redrive, between publishing a
 // batch and committing past it).

@@ -109,6 +109,13 @@ type contextEnded struct {
 
 func (e contextEnded) Unwrap() []error { return []error{e.error, e.ctxErr} }
 
+// ErrLockTimeout is in the chain of a store's error when the store gave up
+// waiting for a lock that another session holds (PostgreSQL's
+// lock_timeout): a writer that stopped inside its transaction, until the
+// store ends its session. It is transient; the caller can say what it
+// waited for.
+var ErrLockTimeout = errors.New("timed out waiting for a lock another session holds")
+
 // PermanentError is a failure of a dependency that no retry heals and that
 // no record of the batch is to blame for, such as the dead-letter topic
 // refusing a letter. Retrying stops for it at once.

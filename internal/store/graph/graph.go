@@ -114,6 +114,10 @@ type Store struct {
 
 var _ project.Graph = (*Store)(nil)
 
+// livenessCheckAfter is how long a pooled connection may idle before it is
+// checked; the check costs a round trip only after such a pause.
+const livenessCheckAfter = 5 * time.Second
+
 // Open creates a driver; it connects lazily. Use Ping to find out whether
 // the server answers.
 func Open(cfg Config) (*Store, error) {
@@ -131,6 +135,11 @@ func Open(cfg Config) (*Store, error) {
 		c.MaxTransactionRetryTime = 5 * time.Second
 		c.SocketConnectTimeout = 5 * time.Second
 		c.ConnectionAcquisitionTimeout = 10 * time.Second
+		// A connection idle for longer is checked (a RESET answered)
+		// before it is used, within the acquisition timeout: one whose
+		// peer died or stopped answering while it waited in the pool is
+		// dropped instead of taking a write that would wait for ever.
+		c.ConnectionLivenessCheckTimeout = livenessCheckAfter
 	})
 	if err != nil {
 		return nil, fmt.Errorf("neo4j driver for %s: %w", redactURI(cfg.URI), err)

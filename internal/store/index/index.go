@@ -75,6 +75,13 @@ type Store struct {
 
 var _ project.Index = (*Store)(nil)
 
+// The gRPC keepalive of the connection to Qdrant, in seconds (the
+// go-client's unit); gRPC pings no more often than every 10 s.
+const (
+	keepAliveTime    = 10
+	keepAliveTimeout = 5
+)
+
 // Open creates a client. The go-client dials lazily, so an unreachable
 // server shows up on the first call, not here.
 func Open(cfg Config) (*Store, error) {
@@ -105,6 +112,12 @@ func Open(cfg Config) (*Store, error) {
 		// back from an outage one at a time, so a store that just
 		// recovered fails again on the connection still reconnecting.
 		PoolSize: 1,
+		// gRPC's own liveness check: after keepAliveTime without a byte
+		// from Qdrant it pings, and drops the connection, failing its
+		// calls, when the ping is not answered within keepAliveTimeout.
+		// It finds a connection that TCP keepalives cannot, one whose
+		// peer's kernel answers and whose server does not.
+		KeepAliveTime: keepAliveTime, KeepAliveTimeout: keepAliveTimeout,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("qdrant client for %s: %w", cfg.Addr, err)

@@ -63,18 +63,7 @@ func TestFenceRefusesAnOlderWriter(t *testing.T) {
 func TestAssignmentWaitsForTheWritesInFlight(t *testing.T) {
 	s := openTest(t)
 	ctx := context.Background()
-	old, _, err := s.AcquireFence(ctx, "documents", 0, "member-a", time.Minute)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tx, err := s.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if err := checkFence(old, tx.QueryRow(ctx, readFence, old.Topic, old.Partition)); err != nil {
-		t.Fatalf("the old writer's check: %v", err)
-	}
+	old, tx := writeInFlight(t, s, 0)
 	acquired := make(chan project.Fence, 1)
 	go func() {
 		f, _, err := s.AcquireFence(ctx, "documents", 0, "member-b", time.Minute)

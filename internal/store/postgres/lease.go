@@ -70,7 +70,9 @@ func (s *Store) TakeRepairLease(ctx context.Context, holder string, ttl time.Dur
 			go l.renew()
 			return l, nil
 		}
-		if !errors.Is(err, pgx.ErrNoRows) {
+		// A lock timeout is a wait too: run's writes in flight hold the
+		// row (FOR SHARE) for longer than LockTimeout.
+		if !errors.Is(err, pgx.ErrNoRows) && !lockTimedOut(err) {
 			return nil, classify(fmt.Errorf("take the repair lease: %w", err))
 		}
 		if !told {

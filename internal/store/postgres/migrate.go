@@ -170,6 +170,11 @@ func (s *Store) migrate(ctx context.Context, apply bool) error {
 	// parameters, so it is quoted by pgx.
 	createSchema := "CREATE SCHEMA IF NOT EXISTS " + pgx.Identifier{s.schema}.Sanitize()
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		// A migration may rightly run long (migration 3 rewrites every
+		// documents row): it is not held to the writers' StatementTimeout.
+		if _, err := tx.Exec(ctx, unboundedStatements); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLock); err != nil {
 			return err
 		}

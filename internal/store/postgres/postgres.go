@@ -34,7 +34,20 @@ type Store struct {
 	// lease is set while this Store holds the repair lease: its writes
 	// then check that it still does, instead of waiting for it.
 	lease atomic.Pointer[Lease]
+	// faults is told the point inside a write's transaction; nil in
+	// production (InjectFaults).
+	faults project.Faults
 }
+
+// BeforeCommit is the fault point inside every write's transaction, after
+// its statements ran (its partition's row held FOR SHARE) and before its
+// commit: where the tests freeze a writer.
+const BeforeCommit = "before-relational-commit"
+
+// InjectFaults makes every write tell f the point BeforeCommit, for the
+// tests of a writer stopped inside its transaction (internal/fault). Call
+// it before the first write.
+func (s *Store) InjectFaults(f project.Faults) { s.faults = f }
 
 var _ project.Relational = (*Store)(nil)
 
@@ -45,7 +58,8 @@ const defaultConnectTimeout = 10 * time.Second
 var schemaName = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
 // Open connects to dsn with tables in schema (created by Migrate). The pool
-// connects lazily; use Ping to find out whether the server answers.
+// connects lazily; use Ping to find out whether the server answers. Every
+// session starts with the bounds of session.go, unless the DSN sets its own.
 func Open(ctx context.Context, dsn, schema string) (*Store, error) {
 	if !schemaName.MatchString(schema) {
 		return nil, fmt.Errorf("postgres schema %q: want lower-case letters, digits and _, starting with a letter or _", schema)
@@ -64,6 +78,7 @@ func Open(ctx context.Context, dsn, schema string) (*Store, error) {
 	}
 	cfg.ConnConfig.RuntimeParams["search_path"] = schema
 	cfg.ConnConfig.RuntimeParams["application_name"] = "projector"
+	bound(cfg)
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open postgres pool: %w", err)
@@ -302,7 +317,13 @@ func (s *Store) Apply(ctx context.Context, w *project.Write, ledger []project.Le
 			_ = results.Close()
 			return err
 		}
-		return results.Close()
+		if err := results.Close(); err != nil {
+			return err
+		}
+		if s.faults != nil {
+			s.faults.At(ctx, BeforeCommit)
+		}
+		return nil
 	})
 	if err != nil {
 		return classify(fmt.Errorf("write batch: %w", err))
@@ -382,12 +403,28 @@ func classify(err error) error {
 	case errors.As(err, &pgErr) && pgErr.Code == "57014" && !strings.Contains(pgErr.Message, "statement timeout"):
 		// A statement cancelled on request (the call's context ended, an
 		// operator's pg_cancel_backend) is not the timeout's limit.
+	case lockTimedOut(err):
+		err = lockTimeout{err}
 	case errors.As(err, &pgErr):
 		kind, limit = kindOfCode(pgErr.Code)
 	case pgconn.SafeToRetry(err):
 	}
 	return &project.StoreError{Store: project.StoreRelational, Kind: kind, LimitName: limit, Err: err}
 }
+
+// lockTimedOut reports whether err is a wait for a lock that LockTimeout
+// (or the DSN's lock_timeout) ended: another session holds it.
+func lockTimedOut(err error) bool {
+	pgErr, ok := errors.AsType[*pgconn.PgError](err)
+	return ok && pgErr.Code == "55P03"
+}
+
+// lockTimeout is a lock_timeout error with project.ErrLockTimeout in its
+// chain, so a caller can say what it waited for; its message is the
+// server's.
+type lockTimeout struct{ error }
+
+func (e lockTimeout) Unwrap() []error { return []error{e.error, project.ErrLockTimeout} }
 
 // postgresLimits are the SQLSTATEs of a limit of the server or of the
 // request, not of a record, named as PostgreSQL names the condition: a

@@ -135,10 +135,18 @@ ORDER BY document_key LIMIT $3`, after, prefix, pageSize)
 }
 
 // Count returns the number of chunks rows of documents whose key starts
-// with prefix.
+// with prefix. It reads the whole table, which in a large store takes
+// longer than StatementTimeout, so it lifts it; it takes no lock a writer
+// waits for.
 func (s *Store) Count(ctx context.Context, prefix string) (int64, bool, error) {
 	var n int64
-	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM chunks WHERE starts_with(document_key, $1)`, prefix).Scan(&n); err != nil {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, unboundedStatements); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, `SELECT count(*) FROM chunks WHERE starts_with(document_key, $1)`, prefix).Scan(&n)
+	})
+	if err != nil {
 		return 0, false, classify(fmt.Errorf("count chunks: %w", err))
 	}
 	return n, true, nil
