@@ -37,7 +37,7 @@ tools:
 # writer, the owner and a repair held at every pair of their fault points,
 # on the real services. One case: EXPLORE_CASE='<name>' make explore.
 explore: services
-	eval "$$(scripts/services.sh env)" && EXPLORE=$${EXPLORE:-all} $(GO) test -count=1 -timeout 180m -run '^TestExplore$$' ./internal/explore
+	eval "$$(scripts/services.sh env)" && EXPLORE=$${EXPLORE:-all} $(GO) test -count=1 -timeout 180m -parallel $${EXPLORE_PARALLEL:-4} -run '^TestExplore$$' ./internal/explore
 
 # Unit tests only: integration tests skip (outside CI) when services are absent.
 unit:
