@@ -29,8 +29,12 @@ import (
 //
 // Points: before-index, after-index, after-graph, after-relational (run);
 // before-repair-write (reconcile --repair, between reading the relational
-// copy and writing it); after-redrive-publish (redrive, between publishing a
-// batch and committing past it).
+// copy and writing it), before-repair-delete (reconcile --delete-orphans,
+// between finding documents the decision store does not know and deleting
+// them), before-repair-lease-renew (reconcile --repair or --delete-orphans,
+// before each renewal of the repair lease: an await there stalls the
+// renewals as a stalled process would); after-redrive-publish (redrive,
+// between publishing a batch and committing past it).
 const Env = "PROJECTOR_FAULTS"
 
 type action struct {

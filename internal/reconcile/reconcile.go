@@ -50,8 +50,10 @@ type Deps struct {
 	Stores []Store
 	// Writes is used by Repair and DeleteOrphans only.
 	Writes WriteOrder
-	// Faults, when set, is told the point between reading the relational
-	// copy and writing a repair (tests only).
+	// Faults, when set, is told the points before a repair's writes:
+	// before-repair-write, between reading the relational copy and writing
+	// it again, and before-repair-delete, between finding documents the
+	// decision store does not know and deleting them (tests only).
 	Faults Faults
 	// Log, when set, gives back from the document topic the documents
 	// whose chunk rows the relational copy lacks; without it they are
@@ -442,9 +444,7 @@ func (r *Reconciler) repair(ctx context.Context, found []Discrepancy) error {
 		}
 		lost = gone
 	}
-	if r.d.Faults != nil {
-		r.d.Faults.At(ctx, "before-repair-write")
-	}
+	r.fault(ctx, "before-repair-write")
 	if !w.Empty() {
 		if err := r.d.Writes.Apply(ctx, w); err != nil {
 			return fmt.Errorf("repair: %w", err)
@@ -472,6 +472,13 @@ func (r *Reconciler) repair(ctx context.Context, found []Discrepancy) error {
 		}
 	}
 	return nil
+}
+
+// fault tells Deps.Faults that the repair is at point.
+func (r *Reconciler) fault(ctx context.Context, point string) {
+	if r.d.Faults != nil {
+		r.d.Faults.At(ctx, point)
+	}
 }
 
 func (r *Reconciler) mayReproject(d *Discrepancy) bool {
@@ -531,6 +538,7 @@ func (r *Reconciler) scanUnknown(ctx context.Context, s Store, t *tally) error {
 			found = append(found, unknown(s.Name(), k, h))
 		}
 		if r.cfg.DeleteOrphans && len(found) > 0 {
+			r.fault(ctx, "before-repair-delete")
 			if err := s.DeleteDocuments(ctx, unknownKeys); err != nil {
 				return fmt.Errorf("delete unknown documents from the %s store: %w", s.Name(), err)
 			}

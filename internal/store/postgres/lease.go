@@ -50,22 +50,43 @@ type Lease struct {
 	s      *Store
 	token  int64
 	ttl    time.Duration
+	faults Faults
 	lost   chan struct{}
 	stop   chan struct{}
 	done   chan struct{}
 	closed sync.Once
 }
 
-// TakeRepairLease waits until no repair holds the lease, takes it for
-// holder and renews it every ttl/3 until Release. While it waits, waiting
-// is told the holder once. Writes through s carry the lease from then on.
-func (s *Store) TakeRepairLease(ctx context.Context, holder string, ttl time.Duration, waiting func(holder string)) (*Lease, error) {
+// Faults injects failures into the renewal of the lease (tests only).
+type Faults interface {
+	At(ctx context.Context, point string)
+}
+
+// LeaseConfig says how a repair holds the repair lease.
+type LeaseConfig struct {
+	// Holder names the repair to the repairs that wait for it.
+	Holder string
+	// TTL is how long the lease outlives its last renewal; it is renewed
+	// every third of it.
+	TTL time.Duration
+	// Waiting, when set, is told the holder once while another repair
+	// holds the lease.
+	Waiting func(holder string)
+	// Faults, when set, is told the point before each renewal,
+	// before-repair-lease-renew (tests only).
+	Faults Faults
+}
+
+// TakeRepairLease waits until no repair holds the lease, takes it as cfg
+// says and renews it until Release. Writes through s carry the lease from
+// then on.
+func (s *Store) TakeRepairLease(ctx context.Context, cfg LeaseConfig) (*Lease, error) {
 	told := false
 	for {
 		var token int64
-		err := s.pool.QueryRow(ctx, takeLease, holder, ttl.Seconds()).Scan(&token)
+		err := s.pool.QueryRow(ctx, takeLease, cfg.Holder, cfg.TTL.Seconds()).Scan(&token)
 		if err == nil {
-			l := &Lease{s: s, token: token, ttl: ttl, lost: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
+			l := &Lease{s: s, token: token, ttl: cfg.TTL, faults: cfg.Faults, lost: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
 			s.lease.Store(l)
 			go l.renew()
 			return l, nil
@@ -73,11 +94,11 @@ func (s *Store) TakeRepairLease(ctx context.Context, holder string, ttl time.Dur
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return nil, classify(fmt.Errorf("take the repair lease: %w", err))
 		}
-		if !told {
+		if !told && cfg.Waiting != nil {
 			var other string
 			var held bool
 			if err := s.pool.QueryRow(ctx, leaseState).Scan(&other, &held); err == nil && held {
-				waiting(other)
+				cfg.Waiting(other)
 				told = true
 			}
 		}
@@ -103,6 +124,9 @@ func (l *Lease) renew() {
 		case <-l.stop:
 			return
 		case <-tick.C:
+		}
+		if l.faults != nil {
+			l.faults.At(context.Background(), "before-repair-lease-renew")
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), l.ttl/3)
 		tag, err := l.s.pool.Exec(ctx, renewLease, l.token, l.ttl.Seconds())

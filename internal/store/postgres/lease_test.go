@@ -37,7 +37,7 @@ func write(key string) *project.Write {
 func TestRepairLeaseHoldsRunsWrites(t *testing.T) {
 	repair, run := openPair(t)
 	ctx := context.Background()
-	lease, err := repair.TakeRepairLease(ctx, "test repair", 30*time.Second, func(string) {})
+	lease, err := repair.TakeRepairLease(ctx, LeaseConfig{Holder: "test repair", TTL: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +61,7 @@ func TestRepairLeaseHoldsRunsWrites(t *testing.T) {
 func TestRepairLeaseLostIsNoticed(t *testing.T) {
 	first, second := openPair(t)
 	ctx := context.Background()
-	lease, err := first.TakeRepairLease(ctx, "first", 30*time.Second, func(string) {})
+	lease, err := first.TakeRepairLease(ctx, LeaseConfig{Holder: "first", TTL: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +69,7 @@ func TestRepairLeaseLostIsNoticed(t *testing.T) {
 	if _, err := first.pool.Exec(ctx, `UPDATE repair_lease SET expires_at = now() - interval '1 second'`); err != nil {
 		t.Fatal(err)
 	}
-	other, err := second.TakeRepairLease(ctx, "second", 30*time.Second, func(string) {})
+	other, err := second.TakeRepairLease(ctx, LeaseConfig{Holder: "second", TTL: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestRepairLeaseWaitsForWritesInFlight(t *testing.T) {
 	}
 	taken := make(chan *Lease, 1)
 	go func() {
-		l, err := repair.TakeRepairLease(ctx, "repair", 30*time.Second, func(string) {})
+		l, err := repair.TakeRepairLease(ctx, LeaseConfig{Holder: "repair", TTL: 30 * time.Second})
 		if err != nil {
 			t.Errorf("TakeRepairLease: %v", err)
 		}
