@@ -121,20 +121,20 @@ func reconcileCommand(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return err
 	}
-	if f.repair || f.deleteOrphans {
-		lease, err := f.takeRepairLease(ctx, log, st, faults)
-		if err != nil {
-			return err
-		}
-		defer lease.Release(ctx)
-	}
-
 	deps := reconcile.Deps{
 		Decisions: st.relational,
 		Source:    st.relational,
 		Stores:    []reconcile.Store{st.index, st.graph, st.relational},
 		Writes:    reconcile.WriteOrder{Index: st.index, Graph: st.graph, Relational: st.relational},
 		Faults:    faults,
+	}
+	if f.repair || f.deleteOrphans {
+		lease, err := f.takeRepairLease(ctx, log, st, faults)
+		if err != nil {
+			return err
+		}
+		defer lease.Release(ctx)
+		deps.Lease = lease
 	}
 	if f.repair {
 		// What the relational copy lost, the log may still hold.

@@ -50,6 +50,9 @@ type Deps struct {
 	Stores []Store
 	// Writes is used by Repair and DeleteOrphans only.
 	Writes WriteOrder
+	// Lease is the repair lease, which Repair and DeleteOrphans need: each
+	// of their writes, to any store, runs under it.
+	Lease Lease
 	// Faults, when set, is told the points before a repair's writes:
 	// before-repair-write, between reading the relational copy and writing
 	// it again, and before-repair-delete, between finding documents the
@@ -164,6 +167,9 @@ func (r *Reconciler) Run(ctx context.Context, out Reporter) (*Summary, error) {
 	sum := &Summary{Found: map[string]map[Class]int64{}, Started: time.Now()}
 	for _, s := range r.d.Stores {
 		sum.Found[s.Name()] = map[Class]int64{}
+	}
+	if (r.cfg.Repair || r.cfg.DeleteOrphans) && r.d.Lease == nil {
+		return sum, errors.New("a repair needs the repair lease")
 	}
 	err := r.run(ctx, &tally{sum: sum, out: out})
 	// The scans end in any order; the summary names stores in report order.
@@ -446,7 +452,7 @@ func (r *Reconciler) repair(ctx context.Context, found []Discrepancy) error {
 	}
 	r.fault(ctx, "before-repair-write")
 	if !w.Empty() {
-		if err := r.d.Writes.Apply(ctx, w); err != nil {
+		if err := r.d.Writes.Apply(ctx, r.d.Lease, w); err != nil {
 			return fmt.Errorf("repair: %w", err)
 		}
 	}
@@ -539,7 +545,8 @@ func (r *Reconciler) scanUnknown(ctx context.Context, s Store, t *tally) error {
 		}
 		if r.cfg.DeleteOrphans && len(found) > 0 {
 			r.fault(ctx, "before-repair-delete")
-			if err := s.DeleteDocuments(ctx, unknownKeys); err != nil {
+			err := underLease(ctx, r.d.Lease, func(ctx context.Context) error { return s.DeleteDocuments(ctx, unknownKeys) })
+			if err != nil {
 				return fmt.Errorf("delete unknown documents from the %s store: %w", s.Name(), err)
 			}
 			for i := range found {

@@ -181,7 +181,7 @@ func (l *Lease) WriteDeadline() (time.Time, error) {
 	deadline := l.validUntil.Add(-leaseMargin(l.ttl))
 	if !time.Now().Before(deadline) {
 		return time.Time{}, &LeaseLostError{Token: l.token, Why: fmt.Sprintf(
-			"it was not renewed in time: it holds for %s after a renewal is sent, and a write must end %s before that", l.ttl, leaseMargin(l.ttl))}
+			"it was not renewed in time: it holds for %s after a renewal is sent, and a write must end %s before that", l.ttl, leaseMargin(l.ttl).Round(time.Millisecond))}
 	}
 	return deadline, nil
 }

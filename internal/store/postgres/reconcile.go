@@ -24,6 +24,7 @@ var (
 	_ reconcile.Store     = (*Store)(nil)
 	_ reconcile.Source    = (*Store)(nil)
 	_ reconcile.Counter   = (*Store)(nil)
+	_ reconcile.Lease     = (*Lease)(nil)
 )
 
 // Decisions returns up to q.Limit documents whose key is after q.After and
