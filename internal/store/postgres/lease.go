@@ -85,7 +85,10 @@ func (e *LeaseLostError) Unwrap() error { return e.Err }
 //     store from applying what it already has (a Qdrant upsert it queued, a
 //     Neo4j COMMIT it is running). The rest of the margin, about 5 s at the
 //     default TTL, is the time the repair allows a store for that; a store
-//     that takes longer to apply a request it holds is not covered.
+//     that takes longer to apply a request it holds is not covered. Neo4j
+//     also ends a transaction still open at the deadline (its timeout is
+//     the deadline), but only at its next check of the timeouts, up to 2 s
+//     later by default: a TTL under 12 s leaves less margin than that.
 //
 // The lease is renewed every third of the TTL, so while the renewals keep
 // up a write starts with between half and five sixths of the TTL to run.
