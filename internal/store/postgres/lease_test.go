@@ -57,7 +57,8 @@ func TestRepairLeaseHoldsRunsWrites(t *testing.T) {
 }
 
 // TestRepairLeaseLostIsNoticed: a repair whose lease expired and was
-// taken by another repair has its writes refused, in their transaction.
+// taken by another repair has its writes refused, in their transaction:
+// its re-projections and its deletions of unknown documents.
 func TestRepairLeaseLostIsNoticed(t *testing.T) {
 	first, second := openPair(t)
 	ctx := context.Background()
@@ -77,6 +78,9 @@ func TestRepairLeaseLostIsNoticed(t *testing.T) {
 	var lost *LeaseLostError
 	if err := first.Apply(ctx, write("late"), nil); !errors.As(err, &lost) || project.KindOf(err) != project.Fatal {
 		t.Fatalf("Apply of a repair whose lease was taken = %v, want a fatal LeaseLostError", err)
+	}
+	if err := first.DeleteDocuments(ctx, []string{"ghost"}); !errors.As(err, &lost) || project.KindOf(err) != project.Fatal {
+		t.Fatalf("DeleteDocuments of a repair whose lease was taken = %v, want a fatal LeaseLostError", err)
 	}
 	if err := second.Apply(ctx, write("current"), nil); err != nil {
 		t.Fatalf("Apply of the repair holding the lease: %v", err)
