@@ -44,6 +44,7 @@ type reconcileFlags struct {
 	maxUnknown       int
 	repair           bool
 	deleteOrphans    bool
+	leaseTTL         time.Duration
 	metricsFile      string
 	push             pushFlags
 }
@@ -70,6 +71,7 @@ func (f *reconcileFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&f.maxDiscrepancies, "max-discrepancies", 0, "exit with status 3 when more discrepancies than this are left unresolved")
 	fs.BoolVar(&f.repair, "repair", false, "re-project missing, skewed and withdrawn-but-present documents from the relational copy, in the write order")
 	fs.BoolVar(&f.deleteOrphans, "delete-orphans", false, "also remove orphans: re-project live documents holding foreign chunks, delete the chunks of unknown documents")
+	fs.DurationVar(&f.leaseTTL, "repair-lease-ttl", 30*time.Second, "how long the repair lease of --repair and --delete-orphans outlives its last renewal (renewed every third of it): run's writes wait that long at most for a repair that died")
 	fs.StringVar(&f.metricsFile, "metrics-file", "", "write the result as Prometheus text to this file (for node_exporter's textfile collector)")
 	f.push.register(fs, "projector_reconcile")
 }
@@ -93,6 +95,8 @@ func reconcileCommand(ctx context.Context, args []string, e env) error {
 		return usageError(fmt.Errorf("--max-unknown %d: want at least 1", f.maxUnknown))
 	case f.maxDiscrepancies < 0:
 		return usageError(errors.New("--max-discrepancies must be >= 0"))
+	case f.leaseTTL < minLeaseTTL:
+		return usageError(fmt.Errorf("--repair-lease-ttl %s: want at least %s", f.leaseTTL, minLeaseTTL))
 	case len(f.keyPrefix) > 512:
 		return usageError(errors.New("--key-prefix is longer than a document key (512 bytes)"))
 	}
@@ -113,24 +117,24 @@ func reconcileCommand(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	defer st.close(context.WithoutCancel(ctx))
-	if f.repair || f.deleteOrphans {
-		lease, err := f.takeRepairLease(ctx, log, st)
-		if err != nil {
-			return err
-		}
-		defer lease.Release(ctx)
-	}
 	faults, err := fault.FromEnv(e.getenv)
 	if err != nil {
 		return err
 	}
-
 	deps := reconcile.Deps{
 		Decisions: st.relational,
 		Source:    st.relational,
 		Stores:    []reconcile.Store{st.index, st.graph, st.relational},
 		Writes:    reconcile.WriteOrder{Index: st.index, Graph: st.graph, Relational: st.relational},
 		Faults:    faults,
+	}
+	if f.repair || f.deleteOrphans {
+		lease, err := f.takeRepairLease(ctx, log, st, faults)
+		if err != nil {
+			return err
+		}
+		defer lease.Release(ctx)
+		deps.Lease = lease
 	}
 	if f.repair {
 		// What the relational copy lost, the log may still hold.
@@ -177,16 +181,16 @@ func reconcileCommand(ctx context.Context, args []string, e env) error {
 	return nil
 }
 
-// repairLeaseTTL is how long the repair lease outlives the last renewal
-// of a repair that died: run's writes wait that long at most.
-const repairLeaseTTL = 30 * time.Second
+// minLeaseTTL bounds --repair-lease-ttl from below: the lease is renewed
+// every third of it, and each renewal is a round trip to PostgreSQL.
+const minLeaseTTL = time.Second
 
 // takeRepairLease waits for the repair lease (docs/operations.md), which
 // projector run respects: while a repair holds it, run's relational writes
 // wait, so the relational copy the repair reads stays current, and the
 // stores' version guards keep the repair's writes from taking a document
 // back. It says how many live members of --group will wait.
-func (f *reconcileFlags) takeRepairLease(ctx context.Context, log *zap.Logger, st *stores) (*postgres.Lease, error) {
+func (f *reconcileFlags) takeRepairLease(ctx context.Context, log *zap.Logger, st *stores, faults *fault.Injector) (*postgres.Lease, error) {
 	if adm, err := newAdmin(&f.kafka, log, "projector-reconcile"); err == nil {
 		// Only for the log line: a Kafka that does not answer soon does
 		// not hold the repair up.
@@ -201,9 +205,10 @@ func (f *reconcileFlags) takeRepairLease(ctx context.Context, log *zap.Logger, s
 	log.Info("taking the repair lease")
 	host, _ := os.Hostname()
 	holder := fmt.Sprintf("reconcile on %s, pid %d", host, os.Getpid())
-	return st.relational.TakeRepairLease(ctx, holder, repairLeaseTTL, func(other string) {
-		log.Info("another repair holds the repair lease; waiting for it", zap.String("holder", other))
-	})
+	return st.relational.TakeRepairLease(ctx, postgres.LeaseConfig{Holder: holder, TTL: f.leaseTTL, Faults: faults,
+		Waiting: func(other string) {
+			log.Info("another repair holds the repair lease; waiting for it", zap.String("holder", other))
+		}})
 }
 
 // report writes discrepancies as they come and the summary at the end.

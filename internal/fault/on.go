@@ -31,8 +31,12 @@ import (
 // before-relational-commit (run: inside the relational write's transaction,
 // its statements run and its partition's row held, before COMMIT);
 // before-repair-write (reconcile --repair, between reading the relational
-// copy and writing it); after-redrive-publish (redrive, between publishing a
-// batch and committing past it).
+// copy and writing it), before-repair-delete (reconcile --delete-orphans,
+// between finding documents the decision store does not know and deleting
+// them), before-repair-lease-renew (reconcile --repair or --delete-orphans,
+// before each renewal of the repair lease: an await there stalls the
+// renewals as a stalled process would); after-redrive-publish (redrive,
+// between publishing a batch and committing past it).
 const Env = "PROJECTOR_FAULTS"
 
 type action struct {

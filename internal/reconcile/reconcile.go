@@ -50,8 +50,13 @@ type Deps struct {
 	Stores []Store
 	// Writes is used by Repair and DeleteOrphans only.
 	Writes WriteOrder
-	// Faults, when set, is told the point between reading the relational
-	// copy and writing a repair (tests only).
+	// Lease is the repair lease, which Repair and DeleteOrphans need: each
+	// of their writes, to any store, runs under it.
+	Lease Lease
+	// Faults, when set, is told the points before a repair's writes:
+	// before-repair-write, between reading the relational copy and writing
+	// it again, and before-repair-delete, between finding documents the
+	// decision store does not know and deleting them (tests only).
 	Faults Faults
 	// Log, when set, gives back from the document topic the documents
 	// whose chunk rows the relational copy lacks; without it they are
@@ -162,6 +167,9 @@ func (r *Reconciler) Run(ctx context.Context, out Reporter) (*Summary, error) {
 	sum := &Summary{Found: map[string]map[Class]int64{}, Started: time.Now()}
 	for _, s := range r.d.Stores {
 		sum.Found[s.Name()] = map[Class]int64{}
+	}
+	if (r.cfg.Repair || r.cfg.DeleteOrphans) && r.d.Lease == nil {
+		return sum, errors.New("a repair needs the repair lease")
 	}
 	err := r.run(ctx, &tally{sum: sum, out: out})
 	// The scans end in any order; the summary names stores in report order.
@@ -442,11 +450,9 @@ func (r *Reconciler) repair(ctx context.Context, found []Discrepancy) error {
 		}
 		lost = gone
 	}
-	if r.d.Faults != nil {
-		r.d.Faults.At(ctx, "before-repair-write")
-	}
+	r.fault(ctx, "before-repair-write")
 	if !w.Empty() {
-		if err := r.d.Writes.Apply(ctx, w); err != nil {
+		if err := r.d.Writes.Apply(ctx, r.d.Lease, w); err != nil {
 			return fmt.Errorf("repair: %w", err)
 		}
 	}
@@ -472,6 +478,13 @@ func (r *Reconciler) repair(ctx context.Context, found []Discrepancy) error {
 		}
 	}
 	return nil
+}
+
+// fault tells Deps.Faults that the repair is at point.
+func (r *Reconciler) fault(ctx context.Context, point string) {
+	if r.d.Faults != nil {
+		r.d.Faults.At(ctx, point)
+	}
 }
 
 func (r *Reconciler) mayReproject(d *Discrepancy) bool {
@@ -531,7 +544,9 @@ func (r *Reconciler) scanUnknown(ctx context.Context, s Store, t *tally) error {
 			found = append(found, unknown(s.Name(), k, h))
 		}
 		if r.cfg.DeleteOrphans && len(found) > 0 {
-			if err := s.DeleteDocuments(ctx, unknownKeys); err != nil {
+			r.fault(ctx, "before-repair-delete")
+			err := underLease(ctx, r.d.Lease, func(ctx context.Context) error { return s.DeleteDocuments(ctx, unknownKeys) })
+			if err != nil {
 				return fmt.Errorf("delete unknown documents from the %s store: %w", s.Name(), err)
 			}
 			for i := range found {

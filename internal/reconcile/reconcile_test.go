@@ -19,6 +19,8 @@ import (
 type fakeDecisions struct {
 	docs  []Decision
 	pages []string // the After of each call
+	// known, when set, is called by each Known.
+	known func()
 }
 
 func (f *fakeDecisions) Decisions(_ context.Context, p Page) ([]Decision, error) {
@@ -33,6 +35,9 @@ func (f *fakeDecisions) Decisions(_ context.Context, p Page) ([]Decision, error)
 }
 
 func (f *fakeDecisions) Known(_ context.Context, ks []string) (map[string]bool, error) {
+	if f.known != nil {
+		f.known()
+	}
 	out := map[string]bool{}
 	for _, d := range f.docs {
 		if slices.Contains(ks, d.Key) {
@@ -67,14 +72,17 @@ func (f sourceFunc) Reprojection(ctx context.Context, ks []string) (*project.Wri
 }
 
 // fakeStore holds documents and scans its keys in the pages given. A run
-// reads it from several goroutines: mu guards holds and deleted.
+// reads it from several goroutines: mu guards holds, deleted and
+// deadlines.
 type fakeStore struct {
 	name    string
 	scan    [][]string
 	mu      sync.Mutex
 	holds   map[string]Holding
 	deleted []string
-	scans   int
+	// deadlines are the deadlines of the deletes' contexts.
+	deadlines []time.Time
+	scans     int
 }
 
 func (s *fakeStore) Name() string { return s.name }
@@ -103,9 +111,11 @@ func (s *fakeStore) ScanKeys(_ context.Context, prefix string, _ int, fn func([]
 	return nil
 }
 
-func (s *fakeStore) DeleteDocuments(_ context.Context, ks []string) error {
+func (s *fakeStore) DeleteDocuments(ctx context.Context, ks []string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	deadline, _ := ctx.Deadline()
+	s.deadlines = append(s.deadlines, deadline)
 	s.deleted = append(s.deleted, ks...)
 	for _, k := range ks {
 		delete(s.holds, k)
@@ -113,17 +123,57 @@ func (s *fakeStore) DeleteDocuments(_ context.Context, ks []string) error {
 	return nil
 }
 
-// journal records the writes of a repair in order.
-type journal struct{ writes []string }
+// journal records the writes of a repair in order, with the deadlines of
+// their contexts.
+type journal struct {
+	writes    []string
+	deadlines []time.Time
+	// after, when set, is called after each write is recorded, with its
+	// context and store, and its error is the write's.
+	after func(ctx context.Context, store string) error
+}
 
 type journalWriter struct {
 	j     *journal
 	store string
 }
 
-func (w journalWriter) Apply(_ context.Context, wr *project.Write) error {
+func (w journalWriter) Apply(ctx context.Context, wr *project.Write) error {
 	w.j.writes = append(w.j.writes, w.store+":"+strings.Join(wr.Keys(), ","))
+	deadline, _ := ctx.Deadline()
+	w.j.deadlines = append(w.j.deadlines, deadline)
+	if w.j.after != nil {
+		return w.j.after(ctx, w.store)
+	}
 	return nil
+}
+
+// writeOrder is the write order of three stores that write to j.
+func writeOrder(j *journal) WriteOrder {
+	return WriteOrder{Index: journalWriter{j, "index"}, Graph: journalWriter{j, "graph"}, Relational: journalRelational{journalWriter{j, "relational"}}}
+}
+
+// fakeLease is a repair lease that holds, with a fixed write deadline,
+// until it is lost, as a failed renewal loses it.
+type fakeLease struct {
+	mu       sync.Mutex
+	deadline time.Time
+	lost     error
+}
+
+// heldLease returns a lease whose writes may run for d.
+func heldLease(d time.Duration) *fakeLease { return &fakeLease{deadline: time.Now().Add(d)} }
+
+func (l *fakeLease) WriteDeadline() (time.Time, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.deadline, l.lost
+}
+
+func (l *fakeLease) lose(err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.lost = err
 }
 
 type journalRelational struct{ journalWriter }
@@ -265,7 +315,7 @@ func TestRunRepairs(t *testing.T) {
 			c := &collect{}
 			r := New(Config{PageSize: 10, Repair: true, DeleteOrphans: tt.deleteOrphans}, zap.NewNop(), Deps{
 				Decisions: dec, Source: sourceFunc(dec.reprojection(tt.incomplete)), Stores: []Store{index, graph},
-				Writes: WriteOrder{Index: journalWriter{j, "index"}, Graph: journalWriter{j, "graph"}, Relational: journalRelational{journalWriter{j, "relational"}}},
+				Writes: writeOrder(j), Lease: heldLease(time.Hour),
 			})
 			sum, err := r.Run(context.Background(), c)
 			if err != nil {
@@ -335,7 +385,7 @@ func TestUnknownScanIsBounded(t *testing.T) {
 	}
 
 	index = newStore()
-	sum, err = New(Config{MaxUnknown: 4, DeleteOrphans: true}, zap.NewNop(), Deps{Decisions: dec, Stores: []Store{index}}).Run(context.Background(), &collect{})
+	sum, err = New(Config{MaxUnknown: 4, DeleteOrphans: true}, zap.NewNop(), Deps{Decisions: dec, Stores: []Store{index}, Lease: heldLease(time.Hour)}).Run(context.Background(), &collect{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -531,5 +581,122 @@ func TestCountsReplaceTheScan(t *testing.T) {
 				t.Errorf("compared %d documents, want 5", sum.Documents)
 			}
 		})
+	}
+}
+
+// TestRepairStopsWhenTheLeaseIsLost loses the repair lease, as a renewal
+// that fails loses it, at points of a repair: the repair writes nothing
+// more to any store, and fails with the lease's error.
+func TestRepairStopsWhenTheLeaseIsLost(t *testing.T) {
+	errLost := errors.New("the repair lease was lost")
+	tests := []struct {
+		name string
+		// loseAfter is the store whose re-projection write loses the
+		// lease; empty: the lease is lost when the scan asks the decision
+		// store about the keys it found, before it deletes them.
+		loseAfter   string
+		wantWrites  []string
+		wantDeleted []string
+	}{
+		{name: "during the index write", loseAfter: "index", wantWrites: []string{"index:a,b,d"}},
+		{name: "during the graph write", loseAfter: "graph", wantWrites: []string{"index:a,b,d", "graph:a,b,d"}},
+		{name: "before the deletion of unknown documents"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dec, index, graph := world()
+			lease := heldLease(time.Hour)
+			j := &journal{}
+			cfg := Config{PageSize: 10, Repair: true}
+			if tt.loseAfter == "" {
+				// Only unknown documents, so the deletion is the only write.
+				dec = &fakeDecisions{known: func() { lease.lose(errLost) }}
+				cfg = Config{PageSize: 10, DeleteOrphans: true}
+			}
+			j.after = func(_ context.Context, store string) error {
+				if store == tt.loseAfter {
+					lease.lose(errLost)
+				}
+				return nil
+			}
+			r := New(cfg, zap.NewNop(), Deps{
+				Decisions: dec, Source: sourceFunc(dec.reprojection(nil)), Stores: []Store{index, graph},
+				Writes: writeOrder(j), Lease: lease,
+			})
+			_, err := r.Run(context.Background(), &collect{})
+			if !errors.Is(err, errLost) {
+				t.Errorf("Run = %v, want the lost lease's error", err)
+			}
+			if fmt.Sprint(j.writes) != fmt.Sprint(tt.wantWrites) {
+				t.Errorf("writes = %v, want %v", j.writes, tt.wantWrites)
+			}
+			if len(index.deleted) != 0 || len(graph.deleted) != 0 {
+				t.Errorf("deleted %v from the index and %v from the graph, want nothing", index.deleted, graph.deleted)
+			}
+		})
+	}
+}
+
+// TestRepairWritesUntilTheLeaseDeadline: every write of a repair, the
+// re-projection's and the deletion's, runs with the lease's write deadline;
+// a write still running at that deadline fails, saying so, and the repair
+// writes nothing after it.
+func TestRepairWritesUntilTheLeaseDeadline(t *testing.T) {
+	dec, index, graph := world()
+	lease := heldLease(time.Hour)
+	j := &journal{}
+	r := New(Config{PageSize: 10, Repair: true, DeleteOrphans: true}, zap.NewNop(), Deps{
+		Decisions: dec, Source: sourceFunc(dec.reprojection(nil)), Stores: []Store{index, graph},
+		Writes: writeOrder(j), Lease: lease,
+	})
+	if _, err := r.Run(context.Background(), &collect{}); err != nil {
+		t.Fatal(err)
+	}
+	for i, d := range append(j.deadlines, index.deadlines...) {
+		if !d.Equal(lease.deadline) {
+			t.Errorf("write %d ran with deadline %v, want the lease's %v", i, d, lease.deadline)
+		}
+	}
+	if len(j.deadlines) != 3 || len(index.deadlines) != 1 {
+		t.Errorf("%d writes and %d deletes, want 3 and 1", len(j.deadlines), len(index.deadlines))
+	}
+
+	dec, index, graph = world()
+	j = &journal{after: func(ctx context.Context, store string) error {
+		if store != "graph" {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Second):
+			return errors.New("the write's context did not end at the lease's deadline")
+		}
+	}}
+	r = New(Config{PageSize: 10, Repair: true}, zap.NewNop(), Deps{
+		Decisions: dec, Source: sourceFunc(dec.reprojection(nil)), Stores: []Store{index, graph},
+		Writes: writeOrder(j), Lease: heldLease(50 * time.Millisecond),
+	})
+	_, err := r.Run(context.Background(), &collect{})
+	if !errors.Is(err, errLeaseDeadline) || !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("Run with a write past the lease's deadline = %v, want it to say so", err)
+	}
+	if want := []string{"index:a,b,d", "graph:a,b,d"}; fmt.Sprint(j.writes) != fmt.Sprint(want) {
+		t.Errorf("writes = %v, want %v", j.writes, want)
+	}
+}
+
+// TestRepairNeedsTheLease: a run that may write, given no lease, fails
+// before it writes anything.
+func TestRepairNeedsTheLease(t *testing.T) {
+	for _, cfg := range []Config{{Repair: true}, {DeleteOrphans: true}} {
+		dec, index, graph := world()
+		j := &journal{}
+		r := New(cfg, zap.NewNop(), Deps{
+			Decisions: dec, Source: sourceFunc(dec.reprojection(nil)), Stores: []Store{index, graph}, Writes: writeOrder(j),
+		})
+		if _, err := r.Run(context.Background(), &collect{}); err == nil || len(j.writes) > 0 || len(index.deleted) > 0 {
+			t.Errorf("%+v without a lease: error %v, %d writes, %d deletes; want an error and nothing written", cfg, err, len(j.writes), len(index.deleted))
+		}
 	}
 }

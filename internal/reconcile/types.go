@@ -19,6 +19,8 @@ package reconcile
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"math"
 	"time"
 
@@ -179,17 +181,51 @@ type WriteOrder struct {
 	Relational RelationalWriter
 }
 
-// Apply writes w to each store in turn; a later store is not written when
-// an earlier one failed.
-func (o WriteOrder) Apply(ctx context.Context, w *project.Write) error {
-	if err := o.Index.Apply(ctx, w); err != nil {
+// Apply writes w to each store in turn, each write under lease; a later
+// store is not written when an earlier one failed or the lease no longer
+// holds.
+func (o WriteOrder) Apply(ctx context.Context, lease Lease, w *project.Write) error {
+	if err := underLease(ctx, lease, func(ctx context.Context) error { return o.Index.Apply(ctx, w) }); err != nil {
 		return err
 	}
-	if err := o.Graph.Apply(ctx, w); err != nil {
+	if err := underLease(ctx, lease, func(ctx context.Context) error { return o.Graph.Apply(ctx, w) }); err != nil {
 		return err
 	}
-	return o.Relational.Apply(ctx, w, nil)
+	return underLease(ctx, lease, func(ctx context.Context) error { return o.Relational.Apply(ctx, w, nil) })
 }
+
+// Lease is the repair lease (docs/write-order.md, "The repair lease").
+// While a repair holds it, run's relational writes wait, and run commits
+// nothing before its fences have read every store back and re-projected
+// what differs: whatever the repair wrote to a store before the lease ended
+// is seen and corrected. A write that lands after the lease ended is not,
+// so no write of a repair may.
+type Lease interface {
+	// WriteDeadline returns the time by which a write that starts now must
+	// have ended, a margin before the lease could end, or an error when
+	// the lease no longer holds, or may not.
+	WriteDeadline() (time.Time, error)
+}
+
+// underLease runs write, a write to one store, only while the lease holds,
+// and with a context that ends at the lease's write deadline.
+func underLease(ctx context.Context, lease Lease, write func(context.Context) error) error {
+	deadline, err := lease.WriteDeadline()
+	if err != nil {
+		return err
+	}
+	wctx, cancel := context.WithDeadlineCause(ctx, deadline, errLeaseDeadline)
+	defer cancel()
+	err = write(wctx)
+	if err != nil && errors.Is(context.Cause(wctx), errLeaseDeadline) {
+		return fmt.Errorf("%w: %w", errLeaseDeadline, err)
+	}
+	return err
+}
+
+// errLeaseDeadline ends a repair's write that ran up to the margin before
+// its lease could end.
+var errLeaseDeadline = errors.New("the write did not end in time for the repair lease (a longer --repair-lease-ttl gives a write more time)")
 
 // Withdrawals is the write that removes every chunk of keys from a store;
 // adapters use it to delete the documents of unknown keys. Its version is

@@ -5,11 +5,10 @@
 // for minutes, and a step that ignores its deadline (a bug) for ever. So
 // each step of a stop gets a share of the budget (docs/operations.md,
 // "Stopping"): `run`'s in-flight batches and group leave at most
-// --shutdown-timeout (consume.MaxShutdownTimeout, 6 s), the removal from
-// the index of what a batch cut short wrote there 2 s (project's
-// undoTimeout), the stores' closes CloseTimeout together (CloseAll): 9 s
-// at the most. A Watchdog ends the process at Limit whatever is still
-// running.
+// --shutdown-timeout (consume.MaxShutdownTimeout, 6 s), the release of
+// each partition's token 2 s (consume's releaseTimeout), the stores'
+// closes CloseTimeout together (CloseAll): 9 s at the most. A Watchdog
+// ends the process at Limit whatever is still running.
 package shutdown
 
 import (

@@ -200,6 +200,24 @@ func (s *Store) session(ctx context.Context, mode neo4j.AccessMode) neo4j.Sessio
 	return s.driver.NewSession(ctx, neo4j.SessionConfig{AccessMode: mode, DatabaseName: s.database})
 }
 
+// txTimeout gives a transaction ctx's deadline as its timeout, so that the
+// server, and not only the driver, ends a transaction still open then: a
+// repair's write must not land after its repair lease (docs/write-order.md,
+// "The repair lease"). Neo4j checks the timeouts every
+// db.transaction.monitor.check.interval (2 s by default), so it ends the
+// transaction up to that much after the deadline; the driver's retries of
+// a transaction keep its first attempt's timeout, as the driver takes the
+// configuration once. Without a deadline the server's
+// db.transaction.timeout applies.
+func txTimeout(ctx context.Context) []func(*neo4j.TransactionConfig) {
+	deadline, ok := ctx.Deadline()
+	if !ok {
+		return nil
+	}
+	// 0 would mean no timeout at all; the driver rounds up to 1 ms.
+	return []func(*neo4j.TransactionConfig){neo4j.WithTxTimeout(max(time.Until(deadline), time.Nanosecond))}
+}
+
 // The statements below only move a document forward in its log: a
 // document node takes a write of a higher version, or of its version from
 // an event at or after the one it holds (its source_topic,
@@ -511,7 +529,7 @@ func (s *Store) write(ctx context.Context, b *batch, mode ChunkWrites) error {
 			}
 		}
 		return nil, nil
-	})
+	}, txTimeout(ctx)...)
 	return err
 }
 

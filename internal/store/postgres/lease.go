@@ -23,6 +23,16 @@ import (
 // advisory lock, the lease lives in the row, not in a connection: a dropped
 // connection or a transaction-mode pooler cannot end it unnoticed, and the
 // lease of a repair that died ends when it expires.
+//
+// The index and the graph cannot read the row in their writes, so the
+// repair also knows by itself until when its lease holds: validUntil, the
+// time it sent its last successful take or renewal plus the TTL.
+// PostgreSQL sets expires_at to its now() plus the TTL, and its now() is
+// read after the request arrived, so validUntil is never later than
+// expires_at. A renewal succeeds only while the lease has not expired, so
+// the lease has held without a break up to validUntil. A repair writes a
+// store only up to a margin before validUntil (WriteDeadline): see
+// leaseMargin for what the margin covers.
 
 const (
 	takeLease = `
@@ -36,36 +46,107 @@ RETURNING token`
 	leaseState = `SELECT holder, coalesce(expires_at > now(), false) FROM repair_lease`
 )
 
-// LeaseLostError is a repair's write refused because its lease ended: it
-// expired while the repair could not renew it, and another repair may have
-// taken it since. The repair must stop; run it again.
-type LeaseLostError struct{ Token int64 }
+// LeaseLostError is a repair's write refused because its lease ended, or
+// may have: it expired while the repair could not renew it, and another
+// repair may have taken it since. The repair must stop; run it again.
+type LeaseLostError struct {
+	Token int64
+	// Why says how the repair knows, when it found out by itself rather
+	// than by PostgreSQL refusing a write.
+	Why string
+	// Err is the renewal's failure, when a renewal failed.
+	Err error
+}
 
 func (e *LeaseLostError) Error() string {
-	return fmt.Sprintf("the repair lease (token %d) was lost: it expired while it could not be renewed; run the repair again", e.Token)
+	why := e.Why
+	if why == "" {
+		why = "it expired while it could not be renewed"
+	}
+	if e.Err != nil {
+		why += ": " + e.Err.Error()
+	}
+	return fmt.Sprintf("the repair lease (token %d) was lost: %s; run the repair again", e.Token, why)
 }
+
+func (e *LeaseLostError) Unwrap() error { return e.Err }
+
+// leaseMargin is how long before validUntil a repair's writes must have
+// ended, a sixth of the TTL: 5 s of the default 30 s. It covers
+//
+//   - the rates of the two clocks: the repair measures the TTL on its
+//     monotonic clock, PostgreSQL ends the lease by its wall clock. Each may
+//     run up to 500 ppm off (NTP slews no faster), so the lease may end up
+//     to 0.1% of the TTL early by the repair's clock: 30 ms of 30 s. A
+//     PostgreSQL clock stepped forward ends the lease sooner still; run the
+//     database host with a clock that slews rather than steps;
+//   - a request that a store received just before the write's deadline and
+//     applies after it: the deadline stops the repair from sending, not the
+//     store from applying what it already has (a Qdrant upsert it queued, a
+//     Neo4j COMMIT it is running). The rest of the margin, about 5 s at the
+//     default TTL, is the time the repair allows a store for that; a store
+//     that takes longer to apply a request it holds is not covered. Neo4j
+//     also ends a transaction still open at the deadline (its timeout is
+//     the deadline), but only at its next check of the timeouts, up to 2 s
+//     later by default: a TTL under 12 s leaves less margin than that.
+//
+// The lease is renewed every third of the TTL, so while the renewals keep
+// up a write starts with between half and five sixths of the TTL to run.
+func leaseMargin(ttl time.Duration) time.Duration { return ttl / 6 }
 
 // Lease is a repair's hold on the repair lease. Release ends it.
 type Lease struct {
 	s      *Store
 	token  int64
 	ttl    time.Duration
-	lost   chan struct{}
+	faults Faults
 	stop   chan struct{}
 	done   chan struct{}
 	closed sync.Once
+
+	// mu guards validUntil and lost: the renewal goroutine sets them, the
+	// repair's writes read them.
+	mu sync.Mutex
+	// validUntil is the time the last successful take or renewal was sent,
+	// plus the TTL: the lease holds at least until then.
+	validUntil time.Time
+	// lost, once set, says why the lease no longer holds: a renewal failed
+	// or found it expired. It is never unset.
+	lost *LeaseLostError
 }
 
-// TakeRepairLease waits until no repair holds the lease, takes it for
-// holder and renews it every ttl/3 until Release. While it waits, waiting
-// is told the holder once. Writes through s carry the lease from then on.
-func (s *Store) TakeRepairLease(ctx context.Context, holder string, ttl time.Duration, waiting func(holder string)) (*Lease, error) {
+// Faults injects failures into the renewal of the lease (tests only).
+type Faults interface {
+	At(ctx context.Context, point string)
+}
+
+// LeaseConfig says how a repair holds the repair lease.
+type LeaseConfig struct {
+	// Holder names the repair to the repairs that wait for it.
+	Holder string
+	// TTL is how long the lease outlives its last renewal; it is renewed
+	// every third of it.
+	TTL time.Duration
+	// Waiting, when set, is told the holder once while another repair
+	// holds the lease.
+	Waiting func(holder string)
+	// Faults, when set, is told the point before each renewal,
+	// before-repair-lease-renew (tests only).
+	Faults Faults
+}
+
+// TakeRepairLease waits until no repair holds the lease, takes it as cfg
+// says and renews it until Release. Writes through s carry the lease from
+// then on.
+func (s *Store) TakeRepairLease(ctx context.Context, cfg LeaseConfig) (*Lease, error) {
 	told := false
 	for {
 		var token int64
-		err := s.pool.QueryRow(ctx, takeLease, holder, ttl.Seconds()).Scan(&token)
+		sent := time.Now()
+		err := s.pool.QueryRow(ctx, takeLease, cfg.Holder, cfg.TTL.Seconds()).Scan(&token)
 		if err == nil {
-			l := &Lease{s: s, token: token, ttl: ttl, lost: make(chan struct{}), stop: make(chan struct{}), done: make(chan struct{})}
+			l := &Lease{s: s, token: token, ttl: cfg.TTL, faults: cfg.Faults, stop: make(chan struct{}), done: make(chan struct{}),
+				validUntil: sent.Add(cfg.TTL)}
 			s.lease.Store(l)
 			go l.renew()
 			return l, nil
@@ -75,11 +156,11 @@ func (s *Store) TakeRepairLease(ctx context.Context, holder string, ttl time.Dur
 		if !errors.Is(err, pgx.ErrNoRows) && !lockTimedOut(err) {
 			return nil, classify(fmt.Errorf("take the repair lease: %w", err))
 		}
-		if !told {
+		if !told && cfg.Waiting != nil {
 			var other string
 			var held bool
 			if err := s.pool.QueryRow(ctx, leaseState).Scan(&other, &held); err == nil && held {
-				waiting(other)
+				cfg.Waiting(other)
 				told = true
 			}
 		}
@@ -91,11 +172,29 @@ func (s *Store) TakeRepairLease(ctx context.Context, holder string, ttl time.Dur
 	}
 }
 
-// Lost is closed when the lease could not be renewed before it expired.
-func (l *Lease) Lost() <-chan struct{} { return l.lost }
+// WriteDeadline returns the time by which a write of the repair that
+// starts now must have ended: leaseMargin before the lease could end. It
+// fails with a *LeaseLostError once a renewal has failed or found the
+// lease expired, or when that time has come, the renewals having stalled:
+// the repair must then write nothing more, to any store.
+func (l *Lease) WriteDeadline() (time.Time, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.lost != nil {
+		return time.Time{}, l.lost
+	}
+	deadline := l.validUntil.Add(-leaseMargin(l.ttl))
+	if !time.Now().Before(deadline) {
+		return time.Time{}, &LeaseLostError{Token: l.token, Why: fmt.Sprintf(
+			"it was not renewed in time: it holds for %s after a renewal is sent, and a write must end %s before that", l.ttl, leaseMargin(l.ttl).Round(time.Millisecond))}
+	}
+	return deadline, nil
+}
 
 // renew keeps the lease from expiring until stop is closed; the lease's
-// owner waits for done.
+// owner waits for done. A renewal that fails ends the renewals and makes
+// WriteDeadline fail: whether the server took it is unknown, and a repair
+// that cannot renew must stop rather than find out.
 func (l *Lease) renew() {
 	defer close(l.done)
 	tick := time.NewTicker(l.ttl / 3)
@@ -106,12 +205,26 @@ func (l *Lease) renew() {
 			return
 		case <-tick.C:
 		}
+		if l.faults != nil {
+			l.faults.At(context.Background(), "before-repair-lease-renew")
+		}
+		sent := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), l.ttl/3)
 		tag, err := l.s.pool.Exec(ctx, renewLease, l.token, l.ttl.Seconds())
 		cancel()
-		if err == nil && tag.RowsAffected() == 0 {
+		l.mu.Lock()
+		switch {
+		case err != nil:
+			l.lost = &LeaseLostError{Token: l.token, Why: "its renewal failed", Err: classify(fmt.Errorf("renew the repair lease: %w", err))}
+		case tag.RowsAffected() == 0:
 			// Expired before this renewal: another repair may hold it now.
-			close(l.lost)
+			l.lost = &LeaseLostError{Token: l.token, Why: "it had expired when it was renewed"}
+		default:
+			l.validUntil = sent.Add(l.ttl)
+		}
+		lost := l.lost != nil
+		l.mu.Unlock()
+		if lost {
 			return
 		}
 	}

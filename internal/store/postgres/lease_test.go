@@ -37,7 +37,7 @@ func write(key string) *project.Write {
 func TestRepairLeaseHoldsRunsWrites(t *testing.T) {
 	repair, run := openPair(t)
 	ctx := context.Background()
-	lease, err := repair.TakeRepairLease(ctx, "test repair", 30*time.Second, func(string) {})
+	lease, err := repair.TakeRepairLease(ctx, LeaseConfig{Holder: "test repair", TTL: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,11 +57,12 @@ func TestRepairLeaseHoldsRunsWrites(t *testing.T) {
 }
 
 // TestRepairLeaseLostIsNoticed: a repair whose lease expired and was
-// taken by another repair has its writes refused, in their transaction.
+// taken by another repair has its writes refused, in their transaction:
+// its re-projections and its deletions of unknown documents.
 func TestRepairLeaseLostIsNoticed(t *testing.T) {
 	first, second := openPair(t)
 	ctx := context.Background()
-	lease, err := first.TakeRepairLease(ctx, "first", 30*time.Second, func(string) {})
+	lease, err := first.TakeRepairLease(ctx, LeaseConfig{Holder: "first", TTL: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +70,7 @@ func TestRepairLeaseLostIsNoticed(t *testing.T) {
 	if _, err := first.pool.Exec(ctx, `UPDATE repair_lease SET expires_at = now() - interval '1 second'`); err != nil {
 		t.Fatal(err)
 	}
-	other, err := second.TakeRepairLease(ctx, "second", 30*time.Second, func(string) {})
+	other, err := second.TakeRepairLease(ctx, LeaseConfig{Holder: "second", TTL: 30 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,6 +78,9 @@ func TestRepairLeaseLostIsNoticed(t *testing.T) {
 	var lost *LeaseLostError
 	if err := first.Apply(ctx, write("late"), nil); !errors.As(err, &lost) || project.KindOf(err) != project.Fatal {
 		t.Fatalf("Apply of a repair whose lease was taken = %v, want a fatal LeaseLostError", err)
+	}
+	if err := first.DeleteDocuments(ctx, []string{"ghost"}); !errors.As(err, &lost) || project.KindOf(err) != project.Fatal {
+		t.Fatalf("DeleteDocuments of a repair whose lease was taken = %v, want a fatal LeaseLostError", err)
 	}
 	if err := second.Apply(ctx, write("current"), nil); err != nil {
 		t.Fatalf("Apply of the repair holding the lease: %v", err)
@@ -99,7 +103,7 @@ func TestRepairLeaseWaitsForWritesInFlight(t *testing.T) {
 	}
 	taken := make(chan *Lease, 1)
 	go func() {
-		l, err := repair.TakeRepairLease(ctx, "repair", 30*time.Second, func(string) {})
+		l, err := repair.TakeRepairLease(ctx, LeaseConfig{Holder: "repair", TTL: 30 * time.Second})
 		if err != nil {
 			t.Errorf("TakeRepairLease: %v", err)
 		}
@@ -119,4 +123,141 @@ func TestRepairLeaseWaitsForWritesInFlight(t *testing.T) {
 		t.FailNow()
 	}
 	l.Release(ctx)
+}
+
+// stalledRenewals is a Faults that holds every renewal of the lease until
+// the test ends, as a repair process that stalls would.
+type stalledRenewals chan struct{}
+
+func (s stalledRenewals) At(_ context.Context, point string) {
+	if point == "before-repair-lease-renew" {
+		<-s
+	}
+}
+
+// waitForLeaseLost polls WriteDeadline until it fails, for at most twice
+// the lease's TTL, and returns the error and when it came.
+func waitForLeaseLost(t *testing.T, l *Lease) (*LeaseLostError, time.Time) {
+	t.Helper()
+	for end := time.Now().Add(2 * l.ttl); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+		if _, err := l.WriteDeadline(); err != nil {
+			at := time.Now()
+			lost, ok := errors.AsType[*LeaseLostError](err)
+			if !ok {
+				t.Fatalf("WriteDeadline = %v, want a LeaseLostError", err)
+			}
+			return lost, at
+		}
+	}
+	t.Fatalf("WriteDeadline still succeeds %s after the lease was taken", 2*l.ttl)
+	return nil, time.Time{}
+}
+
+// TestRepairLeaseBoundsItself stalls the renewals of a lease: the repair's
+// own bound ends a margin after the take was sent plus the TTL, and when it
+// does, PostgreSQL still holds the lease for the repair and still makes
+// run's writes wait. So a repair that cannot renew stops writing while its
+// lease still holds.
+func TestRepairLeaseBoundsItself(t *testing.T) {
+	repair, run := openPair(t)
+	ctx := context.Background()
+	const ttl = 3 * time.Second
+	stall := make(stalledRenewals)
+	before := time.Now()
+	lease, err := repair.TakeRepairLease(ctx, LeaseConfig{Holder: "stalled repair", TTL: ttl, Faults: stall})
+	if err != nil {
+		t.Fatal(err)
+	}
+	after := time.Now()
+	defer lease.Release(ctx)
+	defer close(stall)
+
+	deadline, err := lease.WriteDeadline()
+	if err != nil {
+		t.Fatalf("WriteDeadline of a lease just taken: %v", err)
+	}
+	earliest, latest := before.Add(ttl-leaseMargin(ttl)), after.Add(ttl-leaseMargin(ttl))
+	if deadline.Before(earliest) || deadline.After(latest) {
+		t.Errorf("write deadline %s after the take, want %s to %s: the TTL less the margin after the take was sent",
+			deadline.Sub(before), earliest.Sub(before), latest.Sub(before))
+	}
+	_, failed := waitForLeaseLost(t, lease)
+	if failed.Before(deadline) {
+		t.Errorf("WriteDeadline failed %s before the deadline it gave", deadline.Sub(failed))
+	}
+	var held bool
+	if err := repair.pool.QueryRow(ctx, `SELECT expires_at > now() FROM repair_lease`).Scan(&held); err != nil {
+		t.Fatal(err)
+	}
+	if !held {
+		t.Errorf("PostgreSQL had ended the lease when the repair's own bound ended, want the bound to end first")
+	}
+	if _, ok := errors.AsType[*project.WaitError](run.Apply(ctx, write("by-run"), nil)); !ok {
+		t.Errorf("run's write when the repair's bound ended did not wait for the lease")
+	}
+}
+
+// TestRepairLeaseRenewalFailureIsSeen breaks a renewal: the next
+// WriteDeadline fails, before the bound of the last renewal has run out.
+func TestRepairLeaseRenewalFailureIsSeen(t *testing.T) {
+	tests := []struct {
+		name string
+		// spoil makes the next renewal fail, or find the lease expired.
+		spoil     func(t *testing.T, repair, other *Store)
+		wantCause bool
+	}{
+		{
+			name: "the renewal times out",
+			spoil: func(t *testing.T, repair, _ *Store) {
+				// The renewal waits for this lock until its timeout.
+				tx, err := repair.pool.Begin(context.Background())
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+				if _, err := tx.Exec(context.Background(), `SELECT 1 FROM repair_lease FOR UPDATE`); err != nil {
+					t.Fatal(err)
+				}
+			},
+			wantCause: true,
+		},
+		{
+			name: "the lease expired and another repair took it",
+			spoil: func(t *testing.T, repair, other *Store) {
+				ctx := context.Background()
+				if _, err := repair.pool.Exec(ctx, `UPDATE repair_lease SET expires_at = now() - interval '1 second'`); err != nil {
+					t.Fatal(err)
+				}
+				l, err := other.TakeRepairLease(ctx, LeaseConfig{Holder: "other", TTL: 30 * time.Second})
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { l.Release(ctx) })
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			repair, other := openPair(t)
+			ctx := context.Background()
+			lease, err := repair.TakeRepairLease(ctx, LeaseConfig{Holder: "repair", TTL: 6 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			// Released after spoil's clean-up, which frees the row.
+			t.Cleanup(func() { lease.Release(ctx) })
+			deadline, err := lease.WriteDeadline()
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.spoil(t, repair, other)
+			lost, at := waitForLeaseLost(t, lease)
+			if !at.Before(deadline) {
+				t.Errorf("WriteDeadline failed %s after the last renewal's deadline, want the renewal's failure seen before it", at.Sub(deadline))
+			}
+			if got := lost.Err != nil; got != tt.wantCause {
+				t.Errorf("LeaseLostError %q carries the renewal's error: %v, want %v", lost, got, tt.wantCause)
+			}
+		})
+	}
 }

@@ -24,6 +24,7 @@ var (
 	_ reconcile.Store     = (*Store)(nil)
 	_ reconcile.Source    = (*Store)(nil)
 	_ reconcile.Counter   = (*Store)(nil)
+	_ reconcile.Lease     = (*Lease)(nil)
 )
 
 // Decisions returns up to q.Limit documents whose key is after q.After and
@@ -154,11 +155,19 @@ func (s *Store) Count(ctx context.Context, prefix string) (int64, bool, error) {
 
 // DeleteDocuments removes every chunks row of documents that have no
 // documents row: the relational orphans of unknown documents. A known
-// document is repaired by re-applying it instead, so its row is kept.
+// document is repaired by re-applying it instead, so its row is kept. Like
+// every relational write of a repair, it first checks in its transaction
+// that the repair lease is still the repair's (lease.go).
 func (s *Store) DeleteDocuments(ctx context.Context, keys []string) error {
-	_, err := s.pool.Exec(ctx, `
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := s.checkLease(tx.QueryRow(ctx, readLease)); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `
 DELETE FROM chunks c WHERE c.document_key = ANY($1)
 AND NOT EXISTS (SELECT 1 FROM documents d WHERE d.document_key = c.document_key)`, keys)
+		return err
+	})
 	if err != nil {
 		return classify(fmt.Errorf("delete chunks of unknown documents: %w", err))
 	}

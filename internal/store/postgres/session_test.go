@@ -219,7 +219,7 @@ func TestRepairLeaseWaitsOutLockTimeouts(t *testing.T) {
 	}
 	repair := openOn(t, schema, "lock_timeout=100")
 	holdFor(t, run, readLease, 500*time.Millisecond)
-	l, err := repair.TakeRepairLease(ctx, "repair", 30*time.Second, func(string) {})
+	l, err := repair.TakeRepairLease(ctx, LeaseConfig{Holder: "repair", TTL: 30 * time.Second})
 	if err != nil {
 		t.Fatalf("TakeRepairLease behind run's writes: %v", err)
 	}
