@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -33,7 +34,15 @@ import (
 // faults build tag, which adds the test-only fault points.
 var bin string
 
+// With -short it runs nothing: these tests run the projector as real
+// processes against the real services, and some stop and start those
+// services (scripts/services.sh), which go test -short ./... must not.
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		fmt.Println("e2e: skipped with -short (real processes against the real services)")
+		os.Exit(0)
+	}
 	testenv.MainWithBinary(m, "../cmd/projector", &bin, "-tags", "faults")
 }
 
