@@ -125,7 +125,7 @@ func reconcileCommand(ctx context.Context, args []string, e env) error {
 		Decisions: st.relational,
 		Source:    st.relational,
 		Stores:    []reconcile.Store{st.index, st.graph, st.relational},
-		Writes:    reconcile.WriteOrder{Index: st.index, Graph: st.graph, Relational: st.relational},
+		Writes:    reconcile.WriteOrder{Index: st.index, Graph: st.graph, Relational: st.relational, Faults: faults},
 		Faults:    faults,
 	}
 	if f.repair || f.deleteOrphans {

@@ -58,8 +58,9 @@ type kind struct {
 
 // kinds are the newer events the issue names: the same event again, a new
 // version, a withdrawal, a tombstone, a same-version overwrite, and a
-// revival after a withdrawal. Every prefix leaves a live version 1 with
-// more chunks than what follows, so a chunk left behind shows.
+// revival after a withdrawal; and a new document. Every prefix leaves a
+// live version 1 with more chunks than what follows, so a chunk left
+// behind shows.
 var kinds = []kind{
 	{name: "redelivered", prefix: []ev{live(1, "one", "a", "b", "c")},
 		first: live(2, "two", "x", "y"), newer: live(2, "two", "x", "y")},
@@ -73,6 +74,9 @@ var kinds = []kind{
 		first: live(2, "two", "x", "y", "w"), newer: live(2, "other", "p", "q"), overwrite: true},
 	{name: "revival", prefix: []ev{live(1, "one", "a", "b", "c")},
 		first: ev{version: 1, withdraw: true}, newer: live(2, "two", "x", "y")},
+	// A document no store holds yet: what a repair that deletes unknown
+	// documents finds while its first write is on its way.
+	{name: "new-document", first: live(1, "one", "a", "b", "c"), newer: live(2, "two", "x")},
 }
 
 // records is the kind's log for key in partition part of topic: the
@@ -135,22 +139,29 @@ const (
 )
 
 // kase is one forced interleaving: the late writer held at late, the owner
-// run to owner, then both let go in the given order.
+// run to owner, then both let go in the given order; or, with repair set,
+// the owner held at owner and a repair run to repair.
 type kase struct {
-	kind  kind
-	split split
-	late  string
-	owner string
-	order order
+	kind   kind
+	split  split
+	late   string
+	repair string
+	owner  string
+	order  order
 }
 
 // name is how a failing case is named and run again (EXPLORE_CASE).
 func (c kase) name() string {
-	return strings.Join([]string{c.kind.name, c.split.name, "late@" + c.late, "owner@" + c.owner, string(c.order)}, ":")
+	other := "late@" + c.late
+	if c.repair != "" {
+		other = "repair@" + c.repair
+	}
+	return strings.Join([]string{c.kind.name, c.split.name, other, "owner@" + c.owner, string(c.order)}, ":")
 }
 
-// allCases enumerates every pair of the two writers' points, in both
-// orders, for every kind and split.
+// allCases enumerates every pair of the late writer's and the owner's
+// points, in both orders, for every kind and split, then the pairs of the
+// owner's and a repair's.
 func allCases() []kase {
 	var out []kase
 	for _, k := range kinds {
@@ -164,5 +175,5 @@ func allCases() []kase {
 			}
 		}
 	}
-	return out
+	return append(out, repairCases()...)
 }

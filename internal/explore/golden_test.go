@@ -109,7 +109,7 @@ func table(outcomes map[string]string) string {
 			continue
 		}
 		ran++
-		point := strings.TrimPrefix(strings.Split(name, ":")[2], "late@")
+		point := strings.Split(name, ":")[2]
 		if rows[point] == nil {
 			rows[point] = []cell{{}, {}, {}}
 		}
@@ -118,15 +118,23 @@ func table(outcomes map[string]string) string {
 		}
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "The interleaving explorer ran %d cases: %d kinds of newer event, %d batch splits, the late writer held at each of its %d points and the owner at each of its own, in both orders; %d more cannot happen (a writer never reaches its point) and are skipped. For each point the late writer was held at, the cases, per store, by what became of its write:\n\n",
-		ran, len(kinds), len(splits), len(latePoints), total-ran)
-	b.WriteString("| late writer held at | index | graph | relational |\n|---|---|---|---|\n")
+	fmt.Fprintf(&b, "The interleaving explorer ran %d cases: %d kinds of newer event; the late writer held at each of its %d points and the owner at each of its own, for %d batch splits, in both orders; and the owner held at each of its points with a repair (`reconcile --repair --delete-orphans`) at each of its %d, the repair going on first or stalling past its lease. %d more cannot happen (a writer never reaches its point) and are skipped. For each point the late writer or the repair was held at, the cases, per store, by what became of its writes:\n\n",
+		ran, len(kinds), len(latePoints), len(splits), len(repairPoints), total-ran)
+	b.WriteString("| held at | index | graph | relational |\n|---|---|---|---|\n")
+	var order []string
 	for _, p := range latePoints {
+		order = append(order, "late@"+p)
+	}
+	for _, p := range repairPoints {
+		order = append(order, "repair@"+p)
+	}
+	for _, p := range order {
 		cells, ok := rows[p]
 		if !ok {
 			continue
 		}
-		fmt.Fprintf(&b, "| `%s` |", p)
+		who, point, _ := strings.Cut(p, "@")
+		fmt.Fprintf(&b, "| the %s at `%s` |", map[string]string{"late": "late writer", "repair": "repair"}[who], point)
 		for _, c := range cells {
 			var parts []string
 			for _, v := range slices.Sorted(maps.Keys(c)) {

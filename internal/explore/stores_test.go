@@ -34,7 +34,10 @@ type stores struct {
 	index *index.Store
 	graph *graph.Store
 	rel   *postgres.Store
-	neo   neo4j.DriverWithContext
+	// repairRel is the repair's own connection to the relational store,
+	// as a reconcile process has: the lease it takes is its own.
+	repairRel *postgres.Store
+	neo       neo4j.DriverWithContext
 }
 
 func openStores(t *testing.T) *stores {
@@ -57,6 +60,9 @@ func openStores(t *testing.T) *stores {
 		t.Fatal(err)
 	}
 	if s.rel, err = postgres.Open(ctx, dsn, run); err != nil {
+		t.Fatal(err)
+	}
+	if s.repairRel, err = postgres.Open(ctx, dsn, run); err != nil {
 		t.Fatal(err)
 	}
 	auth := neo4j.NoAuth()
@@ -86,6 +92,7 @@ func (s *stores) close(t *testing.T) {
 	_ = s.graph.Close(ctx)
 	_, _ = s.rel.Pool().Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{s.run}.Sanitize()+" CASCADE")
 	s.rel.Close()
+	s.repairRel.Close()
 }
 
 // snapshot is what the three stores hold of one document, as sorted lines

@@ -27,13 +27,18 @@ import (
 //	drop-index=<substring>       the index skips the writes and withdrawals
 //	                             of documents whose key contains it
 //
-// Points: before-index, after-index, after-graph, after-relational (run);
+// Points: before-index, index-checked (after the token check of an index
+// write, before the write), after-index, after-graph, after-relational,
+// reproject (before a re-projection after a fence mismatch), token (between taking a
+// partition's token and raising the graph's), settle and settle-write
+// (before the index's settle, and between its reads and its write) (run);
 // before-relational-commit (run: inside the relational write's transaction,
 // its statements run and its partition's row held, before COMMIT);
 // before-repair-write (reconcile --repair, between reading the relational
 // copy and writing it), before-repair-delete (reconcile --delete-orphans,
 // between finding documents the decision store does not know and deleting
-// them), before-repair-lease-renew (reconcile --repair or --delete-orphans,
+// them), repair-after-index and repair-after-graph (reconcile --repair,
+// between its writes of the stores), before-repair-lease-renew (reconcile --repair or --delete-orphans,
 // before each renewal of the repair lease: an await there stalls the
 // renewals as a stalled process would); after-redrive-publish (redrive,
 // between publishing a batch and committing past it).

@@ -179,6 +179,9 @@ type WriteOrder struct {
 	Index      StoreWriter
 	Graph      StoreWriter
 	Relational RelationalWriter
+	// Faults, when set, is told the points between the writes,
+	// repair-after-index and repair-after-graph (tests only).
+	Faults Faults
 }
 
 // Apply writes w to each store in turn, each write under lease; a later
@@ -188,10 +191,18 @@ func (o WriteOrder) Apply(ctx context.Context, lease Lease, w *project.Write) er
 	if err := underLease(ctx, lease, func(ctx context.Context) error { return o.Index.Apply(ctx, w) }); err != nil {
 		return err
 	}
+	o.fault(ctx, "repair-after-index")
 	if err := underLease(ctx, lease, func(ctx context.Context) error { return o.Graph.Apply(ctx, w) }); err != nil {
 		return err
 	}
+	o.fault(ctx, "repair-after-graph")
 	return underLease(ctx, lease, func(ctx context.Context) error { return o.Relational.Apply(ctx, w, nil) })
+}
+
+func (o WriteOrder) fault(ctx context.Context, point string) {
+	if o.Faults != nil {
+		o.Faults.At(ctx, point)
+	}
 }
 
 // Lease is the repair lease (docs/write-order.md, "The repair lease").
