@@ -243,6 +243,108 @@ func (e *explorer) ref(ctx context.Context, k kind) (snapshot, error) {
 	return snap, nil
 }
 
+// caseRun is what a case's writers share: its partition, document, log,
+// clock and journal, and what one clean delivery of its log leaves.
+type caseRun struct {
+	e     *explorer
+	c     kase
+	part  int32
+	key   string
+	recs  caseRecords
+	clock *fakeclock.Clock
+	j     *journal
+	want  snapshot
+	// first is the fence of the owner that committed the prefix.
+	first project.Fence
+}
+
+// setUp gives case c its partition and document, and commits the prefix
+// of its log by a first owner, which releases the partition when release
+// is set.
+func (e *explorer) setUp(ctx context.Context, c kase, release bool) (*caseRun, error) {
+	want, err := e.ref(ctx, c.kind)
+	if err != nil {
+		return nil, err
+	}
+	part := e.partition()
+	key := fmt.Sprintf("%s/%d/x", e.stores.run, part)
+	cr := &caseRun{e: e, c: c, part: part, key: key, recs: e.recordsOf(c.kind, part, key), clock: fakeclock.New(), j: &journal{}, want: want}
+	first := e.member("first", nil, cr.clock, cr.j, c.kind.overwrite)
+	if cr.first, err = first.fencing.AcquireFence(ctx, e.stores.topic, part); err != nil {
+		return nil, err
+	}
+	if len(cr.recs.prefix) > 0 {
+		if err := first.proj.Handle(ctx, cr.first, project.TopicID{}, cr.recs.prefix); err != nil {
+			return nil, fmt.Errorf("the first owner's batch: %w", err)
+		}
+	}
+	if release {
+		if err := first.fencing.ReleaseFence(ctx, cr.first); err != nil {
+			return nil, err
+		}
+	}
+	return cr, nil
+}
+
+// startOwner starts the partition's owner: it takes its token, projects
+// its batches, committing each, and settles the index once the late
+// window of its token is over on the case's clock.
+func (cr *caseRun) startOwner(ctx context.Context, owner *member, g *gate) *writer {
+	return startWriter("the owner", g, func() error {
+		fb, err := owner.fencing.AcquireFence(ctx, cr.e.stores.topic, cr.part)
+		if err != nil {
+			return err
+		}
+		cr.j.add(entry{who: "owner", call: stepRaised})
+		for n, batch := range cr.c.split.b {
+			g.setBatch(n + 1)
+			if err := owner.proj.Handle(ctx, fb, project.TopicID{}, cr.recs.batch(batch)); err != nil {
+				return fmt.Errorf("batch %d: %w", n+1, err)
+			}
+			g.At(ctx, "commit")
+		}
+		g.setBatch(0)
+		cr.clock.AdvanceTo(fb.LateUntil)
+		return owner.proj.Settle(ctx, fb)
+	})
+}
+
+// reached says how the wait for a writer to reach its point ended: held
+// there (""), a skip of a case that cannot happen, or a failure.
+func reached(w *writer, who, point string, g *gate) (string, error) {
+	if err := w.wait(); err != nil {
+		return "", err
+	}
+	switch {
+	case w.held:
+		return "", nil
+	case w.err != nil:
+		return "", fmt.Errorf("%s ended without passing %s (passed %s): %v", who, point, g.trace(), w.err)
+	}
+	return fmt.Sprintf("%s %s ends without passing %s", skipped, who, point), nil
+}
+
+// problems are what the case's owner and stores must not show: an owner
+// that did not commit its range, or dead-lettered a valid record, and
+// stores other than one clean delivery leaves.
+func (cr *caseRun) problems(ctx context.Context, b *writer, owner *member) ([]string, error) {
+	var out []string
+	if b.err != nil {
+		out = append(out, fmt.Sprintf("the owner did not commit the range and settle: %v", b.err))
+	}
+	if l := owner.letters.reasons(); len(l) > 0 {
+		out = append(out, fmt.Sprintf("the owner dead-lettered valid records: %v", l))
+	}
+	got, err := cr.e.stores.snapshot(ctx, cr.key)
+	if err != nil {
+		return nil, err
+	}
+	if d := got.diff(cr.want); d != "" {
+		out = append(out, "the stores differ from one clean delivery of the log:\n"+d)
+	}
+	return out, nil
+}
+
 // run forces one case: the prefix committed by a first owner; the late
 // writer A, which took the partition next, held at c.late in its batch;
 // the partition's new owner B, which takes the partition after A, run to
@@ -255,71 +357,28 @@ func (e *explorer) ref(ctx context.Context, k kind) (snapshot, error) {
 func (e *explorer) run(c kase) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	want, err := e.ref(ctx, c.kind)
+	cr, err := e.setUp(ctx, c, false)
 	if err != nil {
 		return "", err
 	}
-	part := e.partition()
-	key := fmt.Sprintf("%s/%d/x", e.stores.run, part)
-	recs := e.recordsOf(c.kind, part, key)
-	clock := fakeclock.New()
-	j := &journal{}
-
-	first := e.member("first", nil, clock, j, c.kind.overwrite)
-	f0, err := first.fencing.AcquireFence(ctx, e.stores.topic, part)
-	if err != nil {
-		return "", err
-	}
-	if len(recs.prefix) > 0 {
-		if err := first.proj.Handle(ctx, f0, project.TopicID{}, recs.prefix); err != nil {
-			return "", fmt.Errorf("the first owner's batch: %w", err)
-		}
-	}
-
 	lateGate, ownerGate := newGate(c.late), newGate(c.owner)
-	ownerGate.journal, ownerGate.who = j, "owner"
-	late, owner := e.member("late", lateGate, clock, j, c.kind.overwrite), e.member("owner", ownerGate, clock, j, c.kind.overwrite)
-	fa, err := late.fencing.AcquireFence(ctx, e.stores.topic, part)
+	ownerGate.journal, ownerGate.who = cr.j, "owner"
+	late, owner := e.member("late", lateGate, cr.clock, cr.j, c.kind.overwrite), e.member("owner", ownerGate, cr.clock, cr.j, c.kind.overwrite)
+	fa, err := late.fencing.AcquireFence(ctx, e.stores.topic, cr.part)
 	if err != nil {
 		return "", err
 	}
 	a := startWriter("the late writer", lateGate, func() error {
-		return late.proj.Handle(ctx, fa, project.TopicID{}, recs.batch(c.split.a))
+		return late.proj.Handle(ctx, fa, project.TopicID{}, cr.recs.batch(c.split.a))
 	})
 	defer func() { _ = a.finish() }()
-	if err := a.wait(); err != nil {
-		return "", err
+	if out, err := reached(a, "the late writer", c.late, lateGate); out != "" || err != nil {
+		return out, err
 	}
-	if !a.held {
-		return fmt.Sprintf("%s the late writer ends without passing %s", skipped, c.late), nil
-	}
-
-	b := startWriter("the owner", ownerGate, func() error {
-		fb, err := owner.fencing.AcquireFence(ctx, e.stores.topic, part)
-		if err != nil {
-			return err
-		}
-		j.add(entry{who: "owner", call: stepRaised})
-		for n, batch := range c.split.b {
-			ownerGate.setBatch(n + 1)
-			if err := owner.proj.Handle(ctx, fb, project.TopicID{}, recs.batch(batch)); err != nil {
-				return fmt.Errorf("batch %d: %w", n+1, err)
-			}
-			ownerGate.At(ctx, "commit")
-		}
-		ownerGate.setBatch(0)
-		clock.AdvanceTo(fb.LateUntil)
-		return owner.proj.Settle(ctx, fb)
-	})
+	b := cr.startOwner(ctx, owner, ownerGate)
 	defer func() { _ = b.finish() }()
-	if err := b.wait(); err != nil {
-		return "", err
-	}
-	if !b.held && b.err == nil {
-		return fmt.Sprintf("%s the owner ends without passing %s", skipped, c.owner), nil
-	}
-	if !b.held {
-		return "", fmt.Errorf("the owner ended without passing %s (passed %s): %v", c.owner, ownerGate.trace(), b.err)
+	if out, err := reached(b, "the owner", c.owner, ownerGate); out != "" || err != nil {
+		return out, err
 	}
 
 	if c.order == ownerFirst {
@@ -340,34 +399,24 @@ func (e *explorer) run(c kase) (string, error) {
 		return "", err
 	}
 
-	var problems []string
-	if b.err != nil {
-		problems = append(problems, fmt.Sprintf("the owner did not commit the range and settle: %v", b.err))
-	}
-	if l := owner.letters.reasons(); len(l) > 0 {
-		problems = append(problems, fmt.Sprintf("the owner dead-lettered valid records: %v", l))
+	problems, err := cr.problems(ctx, b, owner)
+	if err != nil {
+		return "", err
 	}
 	for _, store := range []string{"graph", "relational"} {
 		if n := counter(owner.reg, "projector_fence_mismatches_total", store); n > 0 {
 			problems = append(problems, fmt.Sprintf("the owner's fence found the %s store not holding its write %v times: the late writer's write landed there", store, n))
 		}
 	}
-	got, err := e.stores.snapshot(ctx, key)
-	if err != nil {
-		return "", err
-	}
-	if d := got.diff(want); d != "" {
-		problems = append(problems, "the stores differ from one clean delivery of the log:\n"+d)
-	}
 	var left int
 	if err := e.stores.rel.Pool().QueryRow(ctx, `SELECT count(*) FROM index_settle WHERE source_topic = $1 AND source_partition = $2`,
-		e.stores.topic, part).Scan(&left); err != nil {
+		e.stores.topic, cr.part).Scan(&left); err != nil {
 		return "", err
 	}
 	if left > 0 {
 		problems = append(problems, fmt.Sprintf("%d documents left to settle after the owner's settle", left))
 	}
-	v := j.verdicts("late", counter(owner.reg, "projector_index_settled_points_total", "") > 0,
+	v := cr.j.verdicts("late", counter(owner.reg, "projector_index_settled_points_total", "") > 0,
 		counter(owner.reg, "projector_fence_mismatches_total", project.StoreIndex) > 0)
 	for _, store := range []string{v.graph, v.relational} {
 		if store == takenAfterToken {

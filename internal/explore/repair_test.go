@@ -9,7 +9,6 @@ import (
 
 	"go.uber.org/zap"
 
-	"github.com/projector/projector/internal/fakeclock"
 	"github.com/projector/projector/internal/project"
 	"github.com/projector/projector/internal/reconcile"
 	"github.com/projector/projector/internal/store/postgres"
@@ -96,63 +95,21 @@ const stepLeaseLost = "lease lost"
 func (e *explorer) runRepair(c kase) (string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	want, err := e.ref(ctx, c.kind)
-	if err != nil {
-		return "", err
-	}
-	part := e.partition()
-	prefix := fmt.Sprintf("%s/%d/", e.stores.run, part)
-	key := prefix + "x"
-	recs := e.recordsOf(c.kind, part, key)
-	clock := fakeclock.New()
-	j := &journal{}
-
-	first := e.member("first", nil, clock, j, c.kind.overwrite)
-	f0, err := first.fencing.AcquireFence(ctx, e.stores.topic, part)
-	if err != nil {
-		return "", err
-	}
-	if len(recs.prefix) > 0 {
-		if err := first.proj.Handle(ctx, f0, project.TopicID{}, recs.prefix); err != nil {
-			return "", fmt.Errorf("the first owner's batch: %w", err)
-		}
-	}
 	// The first owner stops cleanly: the owner waits out no late window.
-	if err := first.fencing.ReleaseFence(ctx, f0); err != nil {
+	cr, err := e.setUp(ctx, c, true)
+	if err != nil {
 		return "", err
 	}
-
 	ownerGate, repairGate := newGate(c.owner), newGate(c.repair)
-	owner := e.member("owner", ownerGate, clock, j, c.kind.overwrite)
-	b := startWriter("the owner", ownerGate, func() error {
-		fb, err := owner.fencing.AcquireFence(ctx, e.stores.topic, part)
-		if err != nil {
-			return err
-		}
-		for n, batch := range c.split.b {
-			ownerGate.setBatch(n + 1)
-			if err := owner.proj.Handle(ctx, fb, project.TopicID{}, recs.batch(batch)); err != nil {
-				return fmt.Errorf("batch %d: %w", n+1, err)
-			}
-			ownerGate.At(ctx, "commit")
-		}
-		ownerGate.setBatch(0)
-		clock.AdvanceTo(fb.LateUntil)
-		return owner.proj.Settle(ctx, fb)
-	})
+	owner := e.member("owner", ownerGate, cr.clock, cr.j, c.kind.overwrite)
+	b := cr.startOwner(ctx, owner, ownerGate)
 	defer func() { _ = b.finish() }()
-	if err := b.wait(); err != nil {
-		return "", err
-	}
-	if !b.held {
-		if b.err != nil {
-			return "", fmt.Errorf("the owner ended without passing %s (passed %s): %v", c.owner, ownerGate.trace(), b.err)
-		}
-		return fmt.Sprintf("%s the owner ends without passing %s", skipped, c.owner), nil
+	if out, err := reached(b, "the owner", c.owner, ownerGate); out != "" || err != nil {
+		return out, err
 	}
 
 	lease := &caseLease{}
-	rel := e.stores.repairRel
+	rel, j := e.stores.repairRel, cr.j
 	r := startWriter("the repair", repairGate, func() error {
 		l, err := rel.TakeRepairLease(ctx, postgres.LeaseConfig{Holder: "explorer", TTL: time.Minute})
 		if err != nil {
@@ -163,7 +120,7 @@ func (e *explorer) runRepair(c kase) (string, error) {
 		index := recordedIndex{Index: e.stores.index, j: j, who: "repair"}
 		graph := recordedGraph{Graph: e.stores.graph, j: j, who: "repair"}
 		relational := recordedRelational{Relational: rel, j: j, who: "repair"}
-		run := reconcile.New(reconcile.Config{Prefix: prefix, Repair: true, DeleteOrphans: true}, zap.NewNop(), reconcile.Deps{
+		run := reconcile.New(reconcile.Config{Prefix: fmt.Sprintf("%s/%d/", e.stores.run, cr.part), Repair: true, DeleteOrphans: true}, zap.NewNop(), reconcile.Deps{
 			Decisions: rel, Source: rel,
 			Stores: []reconcile.Store{recordedStore{e.stores.index, j, "repair"}, recordedStore{e.stores.graph, j, "repair"}, recordedStore{rel, j, "repair"}},
 			Writes: reconcile.WriteOrder{Index: index, Graph: graph, Relational: relational, Faults: repairGate},
@@ -173,14 +130,8 @@ func (e *explorer) runRepair(c kase) (string, error) {
 		return err
 	})
 	defer func() { _ = r.finish() }()
-	if err := r.wait(); err != nil {
-		return "", err
-	}
-	if !r.held {
-		if r.err != nil {
-			return "", fmt.Errorf("the repair ended without passing %s (passed %s): %v", c.repair, repairGate.trace(), r.err)
-		}
-		return fmt.Sprintf("%s the repair ends without passing %s", skipped, c.repair), nil
+	if out, err := reached(r, "the repair", c.repair, repairGate); out != "" || err != nil {
+		return out, err
 	}
 
 	if c.order == leaseLost {
@@ -202,25 +153,15 @@ func (e *explorer) runRepair(c kase) (string, error) {
 		return "", err
 	}
 
-	var problems []string
-	if b.err != nil {
-		problems = append(problems, fmt.Sprintf("the owner did not commit the range and settle: %v", b.err))
-	}
-	if l := owner.letters.reasons(); len(l) > 0 {
-		problems = append(problems, fmt.Sprintf("the owner dead-lettered valid records: %v", l))
+	problems, err := cr.problems(ctx, b, owner)
+	if err != nil {
+		return "", err
 	}
 	if c.order == repairFirst && r.err != nil {
 		problems = append(problems, fmt.Sprintf("the repair failed under its lease: %v", r.err))
 	}
 	if c.order == leaseLost && r.err == nil && j.repairWrote() {
 		problems = append(problems, "the repair ended without noticing its lost lease")
-	}
-	got, err := e.stores.snapshot(ctx, key)
-	if err != nil {
-		return "", err
-	}
-	if d := got.diff(want); d != "" {
-		problems = append(problems, "the stores differ from one clean delivery of the log:\n"+d)
 	}
 	v := j.repairVerdicts(r.err != nil)
 	for _, s := range []string{v.index, v.graph, v.relational} {
