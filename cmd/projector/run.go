@@ -69,6 +69,7 @@ type runFlags struct {
 	groupInstanceID string
 	retryMax        time.Duration
 	indexWrite      time.Duration
+	storeCall       time.Duration
 	traceTopic      string
 	migrate         bool
 	livenessTimeout time.Duration
@@ -112,6 +113,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.revokeTimeout, "revoke-timeout", 20*time.Second, "time a revoked partition's in-flight batches get to finish and commit before they are cancelled uncommitted; must be below --rebalance-timeout")
 	fs.StringVar(&f.groupInstanceID, "group-instance-id", "", "static group membership id (KIP-345): a restarted process with the same id gets its partitions back at once; one distinct id per process (e.g. the pod name of a StatefulSet)")
 	fs.DurationVar(&f.retryMax, "retry-max", 30*time.Second, "longest wait between retries of a failing store")
+	fs.DurationVar(&f.storeCall, "store-call-timeout", project.DefaultStoreCallTimeout, "longest time one call to a store (a batch's write, a read, a fence) may take before it is given up and tried again: a connection that passes nothing holds a partition no longer")
 	fs.DurationVar(&f.indexWrite, "index-write-timeout", project.DefaultIndexWriteTimeout, "longest time an index write may take after its check of the partition's fencing token; the owner of a partition taken from a member that did not release it settles the index twice this long after (docs/write-order.md); the same on every member")
 	fs.StringVar(&f.adminAddr, "admin-addr", "", "serve the admin endpoint (list partitions, resume a halted one) on this address, e.g. 127.0.0.1:8081; off when empty; anything but loopback needs --admin-token-file")
 	f.adminToken.envVar = adminTokenEnv
@@ -298,7 +300,7 @@ func serve(ctx context.Context, f *runFlags, log *zap.Logger, reg *prometheus.Re
 	proj := project.New(project.Config{
 		OnConflict: onConflict, OnFenceMismatch: onMismatch, FenceRetries: f.fenceRetries,
 		MaxBatchChunks: f.maxBatchChunks, MaxBatchBytes: f.maxBatchBytes, Writer: f.instanceID, RetryMax: f.retryMax,
-		IndexWriteTimeout: f.indexWrite,
+		IndexWriteTimeout: f.indexWrite, StoreCallTimeout: f.storeCall,
 	}, log.With(zap.String("component", "project")), reg, project.Deps{
 		Decoder:     dec,
 		Embedder:    embedder,

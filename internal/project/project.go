@@ -149,7 +149,18 @@ type Config struct {
 	// over (Settle, docs/write-order.md). Every member of a group must use
 	// the same value.
 	IndexWriteTimeout time.Duration
+	// StoreCallTimeout bounds each attempt of a call to a store (a write,
+	// a read of the states, a fence): an attempt that has not ended by
+	// then is given up and tried again, so a connection that passes no
+	// byte and resets nothing holds a partition for that long, not until
+	// it is revoked.
+	StoreCallTimeout time.Duration
 }
+
+// DefaultStoreCallTimeout is Config.StoreCallTimeout unless configured:
+// PostgreSQL's statement_timeout of the writers' sessions, far above any
+// batch's write on a store that answers.
+const DefaultStoreCallTimeout = time.Minute
 
 // DefaultIndexWriteTimeout is Config.IndexWriteTimeout unless configured:
 // well above an index write of a full batch on a loaded server, well below
@@ -265,6 +276,9 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer, d Deps) *Projec
 	}
 	if cfg.IndexWriteTimeout <= 0 {
 		cfg.IndexWriteTimeout = DefaultIndexWriteTimeout
+	}
+	if cfg.StoreCallTimeout <= 0 {
+		cfg.StoreCallTimeout = DefaultStoreCallTimeout
 	}
 	if d.Clock == nil {
 		d.Clock = systemClock{}
@@ -766,7 +780,7 @@ func recordFields(it *item) []zap.Field {
 func (p *Projector) retry(ctx context.Context, component string, op func(context.Context) error) error {
 	var failingSince, waitingSince time.Time
 	for attempt := 0; ; attempt++ {
-		err := op(ctx)
+		err := p.attempt(ctx, component, op)
 		if err == nil {
 			if !failingSince.IsZero() && p.d.Health.Recover(component) {
 				p.log.Info("recovered", zap.String("component", component), zap.Int("attempts", attempt+1), zap.Duration("outage", time.Since(failingSince)))
@@ -833,6 +847,27 @@ func (p *Projector) retry(ctx context.Context, component string, op func(context
 			return err
 		}
 	}
+}
+
+// attempt runs op once; a store's, under StoreCallTimeout. One that runs
+// out of it is transient: the retry tries again, on another connection
+// when the drivers dropped the one that did not answer.
+func (p *Projector) attempt(ctx context.Context, component string, op func(context.Context) error) error {
+	switch component {
+	case StoreIndex, StoreGraph, StoreRelational, "fence":
+	default:
+		return op(ctx)
+	}
+	cctx, cancel := context.WithTimeout(ctx, p.cfg.StoreCallTimeout)
+	defer cancel()
+	err := op(cctx)
+	if err != nil && cctx.Err() != nil && ctx.Err() == nil {
+		if _, ok := errors.AsType[*StoreError](err); !ok {
+			err = &StoreError{Store: component, Kind: Transient, Err: err}
+		}
+		return fmt.Errorf("not done within %s (--store-call-timeout): %w", p.cfg.StoreCallTimeout, err)
+	}
+	return err
 }
 
 func header(r *kgo.Record, key string) string {

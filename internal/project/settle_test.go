@@ -212,3 +212,37 @@ func TestIndexWriteBoundStartsBeforeItsCheck(t *testing.T) {
 		t.Errorf("index writes = %d after the bound ran out between the check and the write, want none", f.index.writes)
 	}
 }
+
+// TestStoreCallTimeout: a store call that does not end (a connection that
+// passes no byte) is given up after StoreCallTimeout and tried again, and
+// the batch is projected once the store answers; before, the partition
+// waited for it until revoked.
+func TestStoreCallTimeout(t *testing.T) {
+	f := newFixture(t, Config{StoreCallTimeout: 50 * time.Millisecond})
+	g := &hangingGraph{memIndex: memIndex{f.graph}, hangs: 1}
+	f.p.d.Graph = g
+	if err := f.p.Handle(context.Background(), Fence{}, TopicID{}, []*kgo.Record{rec(0, "a", upsert("a", 1))}); err != nil {
+		t.Fatalf("Handle: %v", err)
+	}
+	if got := len(f.graph.chunks["a"]); got != 2 {
+		t.Errorf("the graph holds %d chunks of a after the hung call, want 2", got)
+	}
+	if got := testutil.ToFloat64(f.p.m.storeErrors.WithLabelValues(StoreGraph, Transient.String())); got != 1 {
+		t.Errorf("transient graph errors = %v, want the one hung call", got)
+	}
+}
+
+// hangingGraph's first hangs calls hang until their context ends.
+type hangingGraph struct {
+	memIndex
+	hangs int
+}
+
+func (g *hangingGraph) Apply(ctx context.Context, w *Write) error {
+	if g.hangs > 0 {
+		g.hangs--
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return g.memIndex.Apply(ctx, w)
+}
