@@ -39,6 +39,8 @@ type benchFlags struct {
 	peerBatchSize  int
 	peerLogDir     string
 	java           string
+	cpuProfile     string
+	cpuOf          string
 }
 
 // register adds the flags to fs and returns the names of those the
@@ -70,6 +72,8 @@ func (f *benchFlags) register(fs *flag.FlagSet) map[string]bool {
 	fs.IntVar(&f.peerBatchSize, "peer-batch-size", 2000, "the JDBC sink's batch.size and its worker's max.poll.records")
 	fs.StringVar(&f.peerLogDir, "peer-log-dir", os.TempDir(), "where each run of the Connect worker leaves its log")
 	fs.StringVar(&f.java, "java", "java", "the java command that runs the Connect worker")
+	fs.StringVar(&f.cpuProfile, "cpu-profile", "", "write Go's CPU profile of the id-fence service's first run to this file (FILE.<n>p with several partition counts); go tool pprof reads it")
+	fs.StringVar(&f.cpuOf, "cpu-of", defaultCPUOf, "servers whose CPU each measurement reads from /proc, as name=pid-file pairs separated by commas (scripts/services.sh's pid files by default, relative to the working directory); a pid file that cannot be read is left out")
 	return forwarded
 }
 
@@ -96,6 +100,10 @@ func benchCommand(ctx context.Context, args []string, e env) error {
 	partitions, err := parseCounts(f.partitions)
 	if err != nil {
 		return fmt.Errorf("--partitions: %w", err)
+	}
+	processes, err := parseProcesses(f.cpuOf)
+	if err != nil {
+		return usageError(fmt.Errorf("--cpu-of: %w", err))
 	}
 	log, err := f.log.logger(e)
 	if err != nil {
@@ -125,6 +133,7 @@ func benchCommand(ctx context.Context, args []string, e env) error {
 		Documents: f.documents, Partitions: partitions, Seed: f.seed, Runs: f.runs,
 		SkipNaive: f.skipNaive, SkipCount: f.skipCount, VariantArgs: strings.Fields(f.variantArgs), NaiveChunks: f.naiveChunks,
 		BatchRecords: f.batchRecords, MaxBatchChunks: f.maxBatchChunks, Dim: f.stores.vectorDim, Timeout: f.timeout,
+		Processes: processes, CPUProfile: f.cpuProfile,
 	}, bench.Deps{
 		Kafka: kopts,
 		OpenStores: func(ctx context.Context, collection, schema string) (*bench.Stores, error) {
@@ -148,6 +157,25 @@ func benchCommand(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	return rep.Print(e.stdout)
+}
+
+// defaultCPUOf are the pid files of the servers scripts/services.sh runs.
+const defaultCPUOf = "qdrant=.services/run/qdrant.pid,neo4j=.services/run/neo4j.pid,postgres=.services/postgres/data/postmaster.pid,kafka=.services/run/kafka.pid"
+
+// parseProcesses reads --cpu-of: name=pid-file pairs separated by commas.
+func parseProcesses(s string) ([]bench.Process, error) {
+	var out []bench.Process
+	if s == "" {
+		return nil, nil
+	}
+	for part := range strings.SplitSeq(s, ",") {
+		name, file, ok := strings.Cut(strings.TrimSpace(part), "=")
+		if !ok || name == "" || file == "" {
+			return nil, fmt.Errorf("%q: want name=pid-file", part)
+		}
+		out = append(out, bench.Process{Name: name, PIDFile: file})
+	}
+	return out, nil
 }
 
 // parseCounts reads a comma-separated list of positive whole numbers.

@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"time"
@@ -47,6 +48,7 @@ type runFlags struct {
 	dlqRetention    time.Duration
 	httpAddr        string
 	pprof           bool
+	cpuProfile      string
 	instanceID      string
 	fence           string
 	fenceRetries    int
@@ -91,6 +93,7 @@ func (f *runFlags) register(fs *flag.FlagSet) {
 	fs.DurationVar(&f.dlqRetention, "dlq-retention", 0, "retention.ms of the dead-letter topic when run creates it (0: keep dead letters for ever, retention.ms=-1); an existing topic is left as it is, with a warning when it would delete dead letters within 30 days")
 	fs.StringVar(&f.httpAddr, "http-addr", "127.0.0.1:8080", "address of /metrics, /healthz and /readyz; loopback by default so nothing is exposed unless asked (containers set 0.0.0.0:8080)")
 	fs.BoolVar(&f.pprof, "pprof", false, "also serve /debug/pprof/ on --http-addr")
+	fs.StringVar(&f.cpuProfile, "cpu-profile", "", "write Go's CPU profile of the whole run to this file when the process stops (projector bench --cpu-profile sets it)")
 	fs.StringVar(&f.instanceID, "instance-id", "", "name of this process in the ledger and logs (default: host name and process id)")
 	fs.StringVar(&f.fence, "fence", "ids", "fence after each batch: ids (exact chunk id sets per document), count (chunk counts per document) or off")
 	fs.IntVar(&f.fenceRetries, "fence-retries", 2, "re-projections of a document whose fence does not match before --on-fence-mismatch applies")
@@ -200,6 +203,17 @@ func runService(ctx context.Context, f *runFlags, log *zap.Logger, getenv func(s
 	faults, err := fault.FromEnv(getenv)
 	if err != nil {
 		return err
+	}
+	if f.cpuProfile != "" {
+		stop, err := startCPUProfile(f.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer func() {
+			if err := stop(); err != nil {
+				log.Warn("cannot write the CPU profile", zap.String("file", f.cpuProfile), zap.Error(err))
+			}
+		}()
 	}
 
 	build := buildinfo.Read()
@@ -339,6 +353,23 @@ func serve(ctx context.Context, f *runFlags, log *zap.Logger, reg *prometheus.Re
 		return status.Watch(gctx, log.With(zap.String("component", "health")), 5*time.Second, st.index, st.graph, st.relational)
 	})
 	return g.Wait()
+}
+
+// startCPUProfile starts Go's CPU profile into path; stop ends it and
+// closes the file.
+func startCPUProfile(path string) (stop func() error, err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, fmt.Errorf("--cpu-profile: %w", err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		_ = f.Close()
+		return nil, fmt.Errorf("--cpu-profile: %w", err)
+	}
+	return func() error {
+		pprof.StopCPUProfile()
+		return f.Close()
+	}, nil
 }
 
 // shortRetention is the retention below which an existing dead-letter

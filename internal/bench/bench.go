@@ -13,6 +13,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -62,6 +64,14 @@ type Config struct {
 	Dim int
 	// Timeout bounds one measurement of the service.
 	Timeout time.Duration
+	// Processes are the servers whose CPU each measurement reads, beside
+	// the projector's (or the ceiling's writers').
+	Processes []Process
+	// CPUProfile, when set, is where the id-fence service of the first run
+	// writes Go's CPU profile (run --cpu-profile), one file per partition
+	// count: CPUProfile with ".<partitions>p" before its extension when
+	// there are several.
+	CPUProfile string
 }
 
 // Stores are the three adapters of one measurement, on its own Qdrant
@@ -181,7 +191,11 @@ func (b *bench) round(ctx context.Context, run, p int) (Round, error) {
 		r.Count = &m
 		b.progress(run, p, "end-to-end, count fences", m)
 	}
-	if r.IDs, err = b.service(ctx, label+"_ids", p, "ids"); err != nil {
+	var profile []string
+	if b.cfg.CPUProfile != "" && run == 0 {
+		profile = []string{"--cpu-profile", b.profilePath(p)}
+	}
+	if r.IDs, err = b.service(ctx, label+"_ids", p, "ids", profile...); err != nil {
 		return r, fmt.Errorf("end to end with id fences, %d partitions: %w", p, err)
 	}
 	b.progress(run, p, "end-to-end, id fences", r.IDs)
@@ -210,6 +224,16 @@ func (b *bench) round(ctx context.Context, run, p int) (Round, error) {
 		b.progress(run, p, "JDBC sink, PostgreSQL only", m)
 	}
 	return r, nil
+}
+
+// profilePath is where the service measured with p partitions writes its
+// CPU profile.
+func (b *bench) profilePath(p int) string {
+	if len(b.cfg.Partitions) == 1 {
+		return b.cfg.CPUProfile
+	}
+	ext := filepath.Ext(b.cfg.CPUProfile)
+	return fmt.Sprintf("%s.%dp%s", strings.TrimSuffix(b.cfg.CPUProfile, ext), p, ext)
 }
 
 func (b *bench) progress(run, p int, what string, m Measurement) {
@@ -314,6 +338,8 @@ func (b *bench) ceiling(ctx context.Context, label string, partitions int) (Meas
 		mu    sync.Mutex
 		spent [3]time.Duration
 	)
+	self := map[string]int{"ceiling writers": os.Getpid()}
+	cpuBefore := sampleCPU(b.cfg.Processes, self)
 	start := time.Now()
 	g, gctx := errgroup.WithContext(ctx)
 	for _, ws := range writes {
@@ -345,6 +371,7 @@ func (b *bench) ceiling(ctx context.Context, label string, partitions int) (Meas
 		return Measurement{}, err
 	}
 	elapsed := time.Since(start)
+	cpu := sampleCPU(b.cfg.Processes, self).since(cpuBefore)
 	if err := verify(ctx, st, c); err != nil {
 		return Measurement{}, err
 	}
@@ -352,6 +379,7 @@ func (b *bench) ceiling(ctx context.Context, label string, partitions int) (Meas
 	return Measurement{
 		Events: float64(len(c.Records)), Chunks: c.Chunks, Seconds: elapsed.Seconds(),
 		Shares: Shares{Index: spent[0].Seconds() / total, Graph: spent[1].Seconds() / total, Relational: spent[2].Seconds() / total},
+		CPU:    cpu,
 	}, nil
 }
 
@@ -380,6 +408,8 @@ func (b *bench) service(ctx context.Context, label string, partitions int, fence
 	if err := proc.waitReady(ctx, 2*time.Minute); err != nil {
 		return Measurement{}, err
 	}
+	pids := map[string]int{"projector": proc.cmd.Process.Pid}
+	cpuBefore := sampleCPU(b.cfg.Processes, pids)
 	start := time.Now()
 	for {
 		n, err := lag(ctx, b.adm, ns.topic, ns.group)
@@ -399,6 +429,7 @@ func (b *bench) service(ctx context.Context, label string, partitions int, fence
 		}
 	}
 	elapsed := time.Since(start)
+	cpu := sampleCPU(b.cfg.Processes, pids).since(cpuBefore)
 	metrics, err := proc.metrics(ctx)
 	if err != nil {
 		return Measurement{}, err
@@ -432,7 +463,22 @@ func (b *bench) service(ctx context.Context, label string, partitions int, fence
 		},
 		PeakRSS:      peak,
 		BatchRecords: metrics["projector_batch_records_sum"] / metrics["projector_batch_records_count"],
+		CPU:          cpu,
+		Idle:         idle(metrics, elapsed),
 	}, nil
+}
+
+// idle is, per store, the share of the drain during which no call of the
+// service to it was in flight (projector_store_busy_seconds_total). The
+// drain is timed from the outside, so a share is within a poll of the
+// committed offsets (50 ms).
+func idle(metrics map[string]float64, elapsed time.Duration) map[string]float64 {
+	out := map[string]float64{}
+	for _, s := range []string{project.StoreIndex, project.StoreGraph, project.StoreRelational} {
+		busy := metrics[`projector_store_busy_seconds_total{store="`+s+`"}`]
+		out[s] = max(0, 1-busy/elapsed.Seconds())
+	}
+	return out
 }
 
 // checkOutcomes requires every record handled and none dead-lettered.

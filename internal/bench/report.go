@@ -25,6 +25,13 @@ type Measurement struct {
 	PeakRSS int64
 	// BatchRecords is the service's mean records per batch.
 	BatchRecords float64
+	// CPU is the CPU time, in seconds, each process spent over the
+	// measurement: the servers of Config.Processes, and the projector (or
+	// the ceiling's writers, the benchmark's own process).
+	CPU map[string]float64
+	// Idle is, per store, the service's share of the drain with no call to
+	// the store in flight; nil for the others.
+	Idle map[string]float64
 }
 
 // DocumentsPerSecond is the rate of records (document versions and
@@ -121,6 +128,13 @@ func (p PartitionResult) sorted(f func(Round) float64) []float64 {
 	return xs
 }
 
+// reportRow is a kind of measurement, a row of the report's tables.
+type reportRow struct {
+	name    string
+	service bool
+	get     func(Round) *Measurement
+}
+
 // Print writes the report as tables of medians over the runs.
 func (rep *Report) Print(w io.Writer) error {
 	runs := 0
@@ -138,12 +152,7 @@ func (rep *Report) Print(w io.Writer) error {
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "partitions\tmeasurement\tdocuments/s\tchunks/s\tpeak RSS\tindex\tgraph\trelational\tfence\tembed\tbatch records\t")
-	type row struct {
-		name    string
-		service bool
-		get     func(Round) *Measurement
-	}
-	rows := []row{
+	rows := []reportRow{
 		{"raw-store ceiling", false, func(r Round) *Measurement { return &r.Ceiling }},
 		{"end-to-end, count fences", true, func(r Round) *Measurement { return r.Count }},
 		{"end-to-end, id fences", true, func(r Round) *Measurement { return &r.IDs }},
@@ -210,6 +219,81 @@ func (rep *Report) Print(w io.Writer) error {
 		return err
 	}
 	fmt.Fprintln(w, "\nratios: of chunks/s, the median of the runs' ratios (lowest-highest), each run comparing measurements made a minute apart")
+	return rep.printCPU(w, rows)
+}
+
+// cpuOrder lists the processes of the CPU table, the projector's side
+// first; a process no measurement read is left out.
+var cpuOrder = []string{"projector", "ceiling writers", "qdrant", "neo4j", "postgres", "kafka"}
+
+// printCPU writes the CPU each process spent per chunk written, and the
+// stores' idle shares of the service's drain.
+func (rep *Report) printCPU(w io.Writer, rows []reportRow) error {
+	seen := map[string]bool{}
+	for _, p := range rep.Partitions {
+		for _, r := range p.Rounds {
+			for _, rw := range rows {
+				if m := rw.get(r); m != nil {
+					for name := range m.CPU {
+						seen[name] = true
+					}
+				}
+			}
+		}
+	}
+	var names []string
+	for _, n := range cpuOrder {
+		if seen[n] {
+			names = append(names, n)
+		}
+	}
+	if len(names) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprint(tw, "partitions\tmeasurement\t")
+	for _, n := range names {
+		fmt.Fprintf(tw, "%s µs/chunk\t", n)
+	}
+	fmt.Fprintln(tw, "all µs/chunk\tcores busy\tindex idle\tgraph idle\trelational idle\t")
+	for _, p := range rep.Partitions {
+		for _, rw := range rows {
+			if rw.get(p.Rounds[0]) == nil || len(rw.get(p.Rounds[0]).CPU) == 0 {
+				continue
+			}
+			m := func(f func(*Measurement) float64) float64 {
+				return p.median(func(r Round) float64 { return f(rw.get(r)) })
+			}
+			fmt.Fprintf(tw, "%d\t%s\t", p.Partitions, rw.name)
+			for _, n := range names {
+				fmt.Fprintf(tw, "%.1f\t", m(func(x *Measurement) float64 { return 1e6 * x.CPU[n] / float64(x.Chunks) }))
+			}
+			all := func(x *Measurement) float64 {
+				t := 0.0
+				for _, v := range x.CPU {
+					t += v
+				}
+				return t
+			}
+			fmt.Fprintf(tw, "%.1f\t%.2f\t", m(func(x *Measurement) float64 { return 1e6 * all(x) / float64(x.Chunks) }),
+				m(func(x *Measurement) float64 { return all(x) / x.Seconds }))
+			for _, s := range []string{"index", "graph", "relational"} {
+				if rw.service {
+					fmt.Fprintf(tw, "%.0f%%\t", 100*m(func(x *Measurement) float64 { return x.Idle[s] }))
+				} else {
+					fmt.Fprint(tw, "-\t")
+				}
+			}
+			fmt.Fprintln(tw)
+		}
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w, "\ncpu: user and system time from /proc/<pid>/stat over the measurement, of each process and the processes it started")
+	fmt.Fprintln(w, "(PostgreSQL's backends), per chunk the measurement wrote; cores busy: all of it over the wall time; idle: the share")
+	fmt.Fprintln(w, "of the service's drain with no call of its own to the store in flight (projector_store_busy_seconds_total)")
 	return nil
 }
 

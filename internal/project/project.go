@@ -254,10 +254,11 @@ type Faults interface {
 // key). Each call reads and writes only its own documents' state, so
 // concurrent calls are as independent as calls one after the other.
 type Projector struct {
-	cfg Config
-	log *zap.Logger
-	m   *metrics
-	d   Deps
+	cfg  Config
+	log  *zap.Logger
+	m    *metrics
+	busy *busy
+	d    Deps
 }
 
 // New returns a Projector; its metrics are registered on reg.
@@ -283,7 +284,7 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer, d Deps) *Projec
 	if d.Clock == nil {
 		d.Clock = systemClock{}
 	}
-	return &Projector{cfg: cfg, log: log, m: newMetrics(reg), d: d}
+	return &Projector{cfg: cfg, log: log, m: newMetrics(reg), busy: newBusy(reg), d: d}
 }
 
 // Handle projects records, which are consecutive records of one partition
@@ -853,14 +854,14 @@ func (p *Projector) retry(ctx context.Context, component string, op func(context
 // out of it is transient: the retry tries again, on another connection
 // when the drivers dropped the one that did not answer.
 func (p *Projector) attempt(ctx context.Context, component string, op func(context.Context) error) error {
-	switch component {
-	case StoreIndex, StoreGraph, StoreRelational, "fence":
-	default:
+	if storesOf(component) == nil {
 		return op(ctx)
 	}
 	cctx, cancel := context.WithTimeout(ctx, p.cfg.StoreCallTimeout)
 	defer cancel()
+	done := p.busy.begin(component)
 	err := op(cctx)
+	done()
 	if err != nil && cctx.Err() != nil && ctx.Err() == nil {
 		if _, ok := errors.AsType[*StoreError](err); !ok {
 			err = &StoreError{Store: component, Kind: Transient, Err: err}
