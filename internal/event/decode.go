@@ -79,11 +79,21 @@ func (d *Decoder) Decode(key, value []byte, headerCorrelationID string) (Event, 
 		}
 		return Event{}, errorf(ReasonNotJSON, "the record value is not JSON")
 	}
+	if ev, ok := d.decodeFast(string(key), value, headerCorrelationID); ok {
+		return ev, nil
+	}
+	return d.decodeJSON(string(key), value, headerCorrelationID)
+}
+
+// decodeJSON is the reference decoding of a record value, through
+// encoding/json: what decodeFast does not decode, it decodes, and it names
+// the reason of every error.
+func (d *Decoder) decodeJSON(key string, value []byte, headerCorrelationID string) (Event, error) {
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(value, &fields); err != nil {
 		return Event{}, errorf(ReasonNotJSON, "the record value is not JSON: %s", jsonError(err))
 	}
-	return d.fromFields(string(key), fields, headerCorrelationID)
+	return d.fromFields(key, fields, headerCorrelationID)
 }
 
 func (d *Decoder) fromFields(recordKey string, f map[string]json.RawMessage, headerCorrelationID string) (Event, error) {
