@@ -29,7 +29,7 @@ var notFlagPrefixes = []string{
 func ownVariables(command string) []string {
 	switch command {
 	case "bench":
-		return []string{"partitions", "timeout"}
+		return []string{"partitions", "timeout", "cpu-profile"}
 	case "migrate", "probe":
 		return []string{"timeout"}
 	case "ledger-prune":
