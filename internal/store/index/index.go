@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -343,21 +344,26 @@ func version(v int64) *float64 { return qdrant.PtrOf(float64(v)) }
 func (s *Store) upsert(ctx context.Context, w *project.Write) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(s.cfg.UpsertConcurrency)
-	points := make([]*qdrant.PointStruct, 0, s.cfg.UpsertBatch)
+	// points holds the encoded points of the call being filled (wire.go),
+	// sized for a call's share of the write's points, so that it seldom
+	// grows.
+	var points []byte
+	perCall := min(s.cfg.UpsertMaxBytes, estimatedPointBytes(w)/max(1, (pointsOf(w)+s.cfg.UpsertBatch-1)/s.cfg.UpsertBatch))
+	count := 0
 	size := upsertOverhead + len(s.cfg.Collection)
 	// replace holds, per document of the call, the condition on its stored
 	// points that they may be replaced.
 	var replace []*qdrant.Condition
 	flush := func() {
-		if len(points) == 0 {
+		if count == 0 {
 			return
 		}
-		call := &qdrant.UpsertPoints{CollectionName: s.cfg.Collection, Points: points, Wait: qdrant.PtrOf(true)}
+		call := &qdrant.UpsertPoints{CollectionName: s.cfg.Collection, Wait: qdrant.PtrOf(true)}
 		if !w.Exact {
 			call.UpdateFilter = &qdrant.Filter{Should: replace}
 		}
-		points = make([]*qdrant.PointStruct, 0, s.cfg.UpsertBatch)
-		replace = nil
+		call.ProtoReflect().SetUnknown(points)
+		points, count, replace = nil, 0, nil
 		size = upsertOverhead + len(s.cfg.Collection)
 		g.Go(func() error {
 			if _, err := s.client.Upsert(gctx, call); err != nil {
@@ -367,7 +373,7 @@ func (s *Store) upsert(ctx context.Context, w *project.Write) error {
 		})
 	}
 	for _, d := range w.Live {
-		shared, err := newDocumentPayload(&d)
+		doc, err := newDocumentWire(&d)
 		if err != nil {
 			_ = g.Wait()
 			return err
@@ -384,30 +390,37 @@ func (s *Store) upsert(ctx context.Context, w *project.Write) error {
 		}
 		inCall := false
 		for _, c := range d.Chunks {
-			p, err := shared.point(&c)
-			var n int
+			if points == nil {
+				points = make([]byte, 0, perCall)
+			}
+			start := len(points)
+			points, err = doc.appendPoint(points, &c)
 			if err == nil {
-				n, err = s.pointSize(p, &c, replaceBytes)
+				err = s.checkPointSize(len(points)-start, &c, replaceBytes)
 			}
 			if err != nil {
 				_ = g.Wait()
 				return err
 			}
+			n := len(points) - start
 			need := n
 			if !inCall {
 				need += replaceBytes
 			}
-			if len(points) > 0 && size+need > s.cfg.UpsertMaxBytes {
+			if count > 0 && size+need > s.cfg.UpsertMaxBytes {
+				point := slices.Clone(points[start:])
+				points = points[:start]
 				flush()
+				points = append(points, point...)
 				inCall, need = false, n+replaceBytes
 			}
 			if !inCall {
 				replace = append(replace, docReplace)
 				inCall = true
 			}
-			points = append(points, p)
+			count++
 			size += need
-			if len(points) == s.cfg.UpsertBatch {
+			if count == s.cfg.UpsertBatch {
 				flush()
 				inCall = false
 			}
@@ -426,97 +439,38 @@ func (s *Store) upsert(ctx context.Context, w *project.Write) error {
 	return g.Wait()
 }
 
-// pointSize returns the bytes p adds to an upsert request, and refuses a
-// point that would make a request over UpsertMaxBytes on its own, with
-// conditionBytes of its document's update_filter condition: its record's
-// chunk, title and metadata are too large together, whatever the batch.
-func (s *Store) pointSize(p *qdrant.PointStruct, c *project.Chunk, conditionBytes int) (int, error) {
-	n := proto.Size(p) + 8 // with the field's tag and length
+// pointsOf is the number of points w upserts.
+func pointsOf(w *project.Write) int {
+	n := 0
+	for _, d := range w.Live {
+		n += len(d.Chunks)
+	}
+	return n
+}
+
+// estimatedPointBytes is about the size of w's encoded points: each
+// chunk's text and vector, its document's title, source and key, and a
+// few hundred bytes of field names and metadata.
+func estimatedPointBytes(w *project.Write) int {
+	n := 0
+	for _, d := range w.Live {
+		for _, c := range d.Chunks {
+			n += len(c.Text) + 4*len(c.Vector) + len(d.Title) + len(d.Source) + len(d.Key) + 320
+		}
+	}
+	return n
+}
+
+// checkPointSize refuses a point of n bytes that would make a request over
+// UpsertMaxBytes on its own, with conditionBytes of its document's
+// update_filter condition: its record's chunk, title and metadata are too
+// large together, whatever the batch.
+func (s *Store) checkPointSize(n int, c *project.Chunk, conditionBytes int) error {
 	if n+conditionBytes+upsertOverhead+len(s.cfg.Collection) > s.cfg.UpsertMaxBytes {
-		return 0, &project.StoreError{Store: project.StoreIndex, Kind: project.Rejected, Err: fmt.Errorf(
+		return &project.StoreError{Store: project.StoreIndex, Kind: project.Rejected, Err: fmt.Errorf(
 			"point of chunk %s has %d bytes (text, title and metadata), over the %d bytes of one upsert (--qdrant-upsert-max-bytes)", c.ID, n, s.cfg.UpsertMaxBytes)}
 	}
-	return n, nil
-}
-
-// documentPayload holds the payload values that every chunk of a document
-// has in common, converted once per document instead of once per chunk.
-// Points share them: the upsert only reads them.
-type documentPayload struct {
-	key, version, title, source, metadata *qdrant.Value
-	// topic, topicID, partition and offset are the event's position; nil
-	// when unknown.
-	topic, topicID, partition, offset *qdrant.Value
-}
-
-func newDocumentPayload(d *project.Document) (*documentPayload, error) {
-	md, err := qdrant.NewStruct(d.Metadata)
-	if err == nil {
-		err = validUTF8(d.Key, d.Title, d.Source)
-	}
-	if err != nil {
-		return nil, &project.StoreError{Store: project.StoreIndex, Kind: project.Rejected, Err: fmt.Errorf("payload of document %q: %w", d.Key, err)}
-	}
-	p := &documentPayload{
-		key: qdrant.NewValueString(d.Key), version: qdrant.NewValueInt(d.Version),
-		title: qdrant.NewValueString(d.Title), source: qdrant.NewValueString(d.Source), metadata: qdrant.NewValueStruct(md),
-	}
-	if d.Position.Topic != "" {
-		p.topic = qdrant.NewValueString(d.Position.Topic)
-		p.partition = qdrant.NewValueInt(int64(d.Position.Partition))
-		p.offset = qdrant.NewValueInt(d.Position.Offset)
-		if id := topicID(d.Position); id != "" {
-			p.topicID = qdrant.NewValueString(id)
-		}
-	}
-	return p, nil
-}
-
-// point builds the point of chunk c of the document. Its payload holds
-// document_key, version, ordinal, text, title, source and metadata: the
-// document's metadata with the chunk's own on top.
-func (p *documentPayload) point(c *project.Chunk) (*qdrant.PointStruct, error) {
-	rejected := func(err error) error {
-		return &project.StoreError{Store: project.StoreIndex, Kind: project.Rejected, Err: fmt.Errorf("payload of chunk %s: %w", c.ID, err)}
-	}
-	if err := validUTF8(c.Text); err != nil {
-		return nil, rejected(err)
-	}
-	metadata := p.metadata
-	if len(c.Metadata) > 0 {
-		shared := p.metadata.GetStructValue().GetFields()
-		fields := make(map[string]*qdrant.Value, len(shared)+len(c.Metadata))
-		for k, v := range shared {
-			fields[k] = v
-		}
-		for k, v := range c.Metadata {
-			value, err := qdrant.NewValue(v)
-			if err == nil {
-				err = validUTF8(k)
-			}
-			if err != nil {
-				return nil, rejected(err)
-			}
-			fields[k] = value
-		}
-		metadata = qdrant.NewValueFromFields(fields)
-	}
-	payload := map[string]*qdrant.Value{
-		"document_key": p.key,
-		"version":      p.version,
-		"ordinal":      qdrant.NewValueInt(int64(c.Ordinal)),
-		"text":         qdrant.NewValueString(c.Text),
-		"title":        p.title,
-		"source":       p.source,
-		"metadata":     metadata,
-	}
-	if p.offset != nil {
-		payload[fieldTopic], payload[fieldPartition], payload[fieldOffset] = p.topic, p.partition, p.offset
-	}
-	if p.topicID != nil {
-		payload[fieldTopicID] = p.topicID
-	}
-	return &qdrant.PointStruct{Id: qdrant.NewIDUUID(c.ID.String()), Vectors: qdrant.NewVectorsDense(c.Vector), Payload: payload}, nil
+	return nil
 }
 
 // validUTF8 refuses what Qdrant's payload strings cannot hold, as
