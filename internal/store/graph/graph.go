@@ -619,28 +619,34 @@ RETURN k, count(c) AS n`, map[string]any{"keys": keys}, neo4j.EagerResultTransfo
 
 // ChunkIDs returns, per document, the ids of the chunks it holds through a
 // HAS_CHUNK relationship; a chunk node without it is not counted as held.
+// Each document comes back as one record of its ids: a record per chunk
+// cost the driver more to decode than the query cost the server.
 func (s *Store) ChunkIDs(ctx context.Context, keys []string) (map[string][]uuid.UUID, error) {
 	res, err := neo4j.ExecuteQuery(ctx, s.driver, `
 UNWIND $keys AS k
 MATCH (c:Chunk {document_key: k})
 WHERE EXISTS { MATCH (:Document {key: k})-[:HAS_CHUNK]->(c) }
-RETURN k, c.id AS id`, map[string]any{"keys": keys}, neo4j.EagerResultTransformer, s.queryConfig(), neo4j.ExecuteQueryWithReadersRouting())
+RETURN k, collect(c.id) AS ids`, map[string]any{"keys": keys}, neo4j.EagerResultTransformer, s.queryConfig(), neo4j.ExecuteQueryWithReadersRouting())
 	if err != nil {
 		return nil, classify(ctx, fmt.Errorf("list chunk ids: %w", err))
 	}
 	out := make(map[string][]uuid.UUID, len(keys))
 	for _, r := range res.Records {
-		k, _ := r.Get("k")
-		v, _ := r.Get("id")
-		key, _ := k.(string)
-		s, _ := v.(string)
-		id, err := uuid.Parse(s)
-		if err != nil {
-			// A chunk whose id is not a UUID was not written by the
-			// projector; report it under the nil id so it counts as foreign.
-			id = uuid.Nil
+		key, _, _ := neo4j.GetRecordValue[string](r, "k")
+		raw, _, _ := neo4j.GetRecordValue[[]any](r, "ids")
+		ids := make([]uuid.UUID, len(raw))
+		for i, v := range raw {
+			s, _ := v.(string)
+			id, err := uuid.Parse(s)
+			if err != nil {
+				// A chunk whose id is not a UUID was not written by the
+				// projector; report it under the nil id so it counts as
+				// foreign.
+				id = uuid.Nil
+			}
+			ids[i] = id
 		}
-		out[key] = append(out[key], id)
+		out[key] = ids
 	}
 	return out, nil
 }

@@ -23,7 +23,7 @@ func openTest(t *testing.T) (*Store, string) {
 
 // openTestWith opens a store that writes chunks as mode says, with or
 // without their text.
-func openTestWith(t *testing.T, mode ChunkWrites, text bool) (*Store, string) {
+func openTestWith(t testing.TB, mode ChunkWrites, text bool) (*Store, string) {
 	t.Helper()
 	uri := testenv.Neo4jURI(t)
 	s, err := Open(Config{URI: uri, User: os.Getenv("PROJECTOR_NEO4J_USER"), Password: os.Getenv("PROJECTOR_NEO4J_PASSWORD"),
