@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -103,12 +104,28 @@ func nextVersions(batches []*project.Write) (before, timed []*project.Write) {
 // the corpus is split by document as partitions split it, and each
 // writer's batch of a round is written at once, as partition workers
 // write. It times only load's timed writes and reports each variant's
-// chunks per second and its ratio to the first.
-func runVariants(b *testing.B, prefix string, writers int, load workload, variants ...variant) {
+// chunks per second and its ratio to the first, and the CPU per chunk of
+// the benchmark's process (the adapter's encoding and the driver) and of
+// server, the store's process (by its services' pid file, left out when
+// it cannot be read). The server's figure counts whatever else it served
+// meanwhile: on a shared machine, compare it within one run.
+func runVariants(b *testing.B, prefix string, writers int, load workload, server string, variants ...variant) {
 	docs := testenv.Size(b, "STORE_BENCH_DOCUMENTS", 1000, 1)
 	ctx := context.Background()
 	wr := newWriter(storeBenchDim)
 	spent := make([]time.Duration, len(variants))
+	serverPID, serverErr := readPID(filepath.Join("..", "..", ".services", server))
+	selfCPU, serverCPU := make([]time.Duration, len(variants)), make([]time.Duration, len(variants))
+	cpu := func(v int, sign time.Duration) {
+		if t, err := cpuOf(os.Getpid()); err == nil {
+			selfCPU[v] += sign * t
+		}
+		if serverErr == nil {
+			if t, err := cpuOf(serverPID); err == nil {
+				serverCPU[v] += sign * t
+			}
+		}
+	}
 	var chunks int
 	for i := 0; b.Loop(); i++ {
 		b.StopTimer()
@@ -144,6 +161,7 @@ func runVariants(b *testing.B, prefix string, writers int, load workload, varian
 			for k := range variants {
 				v := (j + k) % len(variants)
 				var g errgroup.Group
+				cpu(v, -1)
 				start := time.Now()
 				for _, ws := range timed[v] {
 					if j < len(ws) {
@@ -154,6 +172,7 @@ func runVariants(b *testing.B, prefix string, writers int, load workload, varian
 					b.Fatalf("%s: %v", variants[v].name, err)
 				}
 				spent[v] += time.Since(start)
+				cpu(v, 1)
 			}
 		}
 	}
@@ -161,6 +180,10 @@ func runVariants(b *testing.B, prefix string, writers int, load workload, varian
 		b.ReportMetric(float64(chunks)/spent[v].Seconds(), x.name+"-chunks/s")
 		if v > 0 {
 			b.ReportMetric(spent[0].Seconds()/spent[v].Seconds(), x.name+"-speedup")
+		}
+		b.ReportMetric(float64(selfCPU[v].Microseconds())/float64(chunks), x.name+"-client-µs/chunk")
+		if serverErr == nil {
+			b.ReportMetric(float64(serverCPU[v].Microseconds())/float64(chunks), x.name+"-server-µs/chunk")
 		}
 	}
 }
@@ -200,14 +223,14 @@ func BenchmarkStoreIndex(b *testing.B) {
 		for _, size := range []int{256, 64, 1024} {
 			variants = append(variants, variant{name: fmt.Sprintf("points=%d", size), apply: open(b, size, 4, 0).Apply})
 		}
-		runVariants(b, "", 1, asIs, variants...)
+		runVariants(b, "", 1, asIs, "run/qdrant.pid", variants...)
 	})
 	b.Run("upsert-concurrency", func(b *testing.B) {
 		var variants []variant
 		for _, n := range []int{1, 2, 4, 8} {
 			variants = append(variants, variant{name: fmt.Sprintf("in-flight=%d", n), apply: open(b, 256, n, 0).Apply})
 		}
-		runVariants(b, "", 1, asIs, variants...)
+		runVariants(b, "", 1, asIs, "run/qdrant.pid", variants...)
 	})
 	// Qdrant applies one shard's updates one at a time: more shards let
 	// concurrent upserts be applied in parallel.
@@ -216,7 +239,7 @@ func BenchmarkStoreIndex(b *testing.B) {
 		for _, n := range []int{1, 2, 4} {
 			variants = append(variants, variant{name: fmt.Sprintf("shards=%d", n), apply: open(b, 256, 4, n).Apply})
 		}
-		runVariants(b, "", 1, asIs, variants...)
+		runVariants(b, "", 1, asIs, "run/qdrant.pid", variants...)
 	})
 }
 
@@ -268,7 +291,7 @@ func BenchmarkStoreGraph(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/writers=%d", load.name, writers), func(b *testing.B) {
 				prefix := fmt.Sprintf("storebench-%d-", time.Now().UnixNano())
 				b.Cleanup(func() { removeGraph(ctx, driver, prefix) })
-				runVariants(b, prefix, writers, load.fn, variants...)
+				runVariants(b, prefix, writers, load.fn, "run/neo4j.pid", variants...)
 			})
 		}
 	}
@@ -306,7 +329,7 @@ func BenchmarkStoreRelational(b *testing.B) {
 	if err := rel.Migrate(ctx); err != nil {
 		b.Fatal(err)
 	}
-	runVariants(b, "", 1, asIs,
+	runVariants(b, "", 1, asIs, "postgres/data/postmaster.pid",
 		variant{name: "adapter", apply: func(ctx context.Context, w *project.Write) error { return rel.Apply(ctx, w, nil) }},
 	)
 }

@@ -278,6 +278,60 @@ func TestChunkText(t *testing.T) {
 	}
 }
 
+// TestChunkProperties writes each chunk's id, version, ordinal and
+// metadata, whichever chunks of a document have metadata, and a rewrite
+// of a chunk without metadata removes what it had, for both statements.
+func TestChunkProperties(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mode ChunkWrites
+	}{{"create new versions", CreateNewVersions}, {"merge all", MergeAll}} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, prefix := openTestWith(t, tc.mode, false)
+			ctx := context.Background()
+			key := prefix + "d"
+			read := func() []string {
+				res, err := neo4j.ExecuteQuery(ctx, s.driver, `MATCH (:Document {key: $k})-[:HAS_CHUNK]->(c:Chunk)
+RETURN c.id AS id, c.version AS version, c.ordinal AS ordinal, c.metadata AS metadata ORDER BY c.ordinal`,
+					map[string]any{"k": key}, neo4j.EagerResultTransformer)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var out []string
+				for _, r := range res.Records {
+					out = append(out, fmt.Sprint(r.Values))
+				}
+				return out
+			}
+			want := func(d project.Document, metadata ...any) []string {
+				var out []string
+				for i, c := range d.Chunks {
+					out = append(out, fmt.Sprint([]any{c.ID.String(), d.Version, int64(c.Ordinal), metadata[i]}))
+				}
+				return out
+			}
+			doc := storetest.Doc(key, 1, "x", "y", "z")
+			doc.Chunks[1].Metadata = nil
+			if err := s.Apply(ctx, &project.Write{Live: []project.Document{doc}}); err != nil {
+				t.Fatal(err)
+			}
+			if got, w := read(), want(doc, `{"position":0}`, nil, `{"position":2}`); !slices.Equal(got, w) {
+				t.Errorf("chunks = %v, want %v", got, w)
+			}
+			again := storetest.Doc(key, 1, "x", "y", "z")
+			for i := range again.Chunks {
+				again.Chunks[i].Metadata = nil
+			}
+			if err := s.Apply(ctx, &project.Write{Live: []project.Document{again}}); err != nil {
+				t.Fatal(err)
+			}
+			if got, w := read(), want(again, nil, nil, nil); !slices.Equal(got, w) {
+				t.Errorf("rewritten without metadata: chunks = %v, want %v", got, w)
+			}
+		})
+	}
+}
+
 // TestLateWriteWaitsForTheNewerVersion: a late write of version 2 (a
 // member that lost its partition) runs while the new owner's transaction
 // writing version 3 holds the document's node. The late write must read
