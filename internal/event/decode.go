@@ -363,69 +363,102 @@ func jsonError(err error) string {
 // no two different contents share an input. The leading format byte lets the
 // encoding change without old hashes colliding with new ones.
 func contentHash(ev *Event, text string, hasText bool) string {
-	h := sha256.New()
-	h.Write([]byte{1})
-	writeString(h, ev.Title)
-	writeString(h, ev.Source)
-	writeMetadata(h, ev.Metadata)
+	h := hashWriter{h: sha256.New(), buf: make([]byte, 0, hashBuffer)}
+	h.byte(1)
+	h.string(ev.Title)
+	h.string(ev.Source)
+	h.metadata(ev.Metadata)
 	if hasText {
-		h.Write([]byte{'t'})
-		writeString(h, text)
+		h.byte('t')
+		h.string(text)
 	} else {
-		h.Write([]byte{'c'})
-		writeInt(h, int64(len(ev.Chunks)))
+		h.byte('c')
+		h.int(int64(len(ev.Chunks)))
 		for _, c := range ev.Chunks {
-			writeString(h, c.Text)
-			writeInt(h, int64(len(c.Vector)))
-			var b [4]byte
+			h.string(c.Text)
+			h.int(int64(len(c.Vector)))
 			for _, v := range c.Vector {
-				binary.LittleEndian.PutUint32(b[:], math.Float32bits(v))
-				h.Write(b[:])
+				h.need(4)
+				h.buf = binary.LittleEndian.AppendUint32(h.buf, math.Float32bits(v))
 			}
-			writeMetadata(h, c.Metadata)
+			h.metadata(c.Metadata)
 		}
 	}
-	return hex.EncodeToString(h.Sum(nil))
+	h.flush()
+	return hex.EncodeToString(h.h.Sum(nil))
 }
 
-func writeString(h hash.Hash, s string) {
-	writeInt(h, int64(len(s)))
-	h.Write([]byte(s))
+// hashBuffer is the size of a hashWriter's buffer.
+const hashBuffer = 4096
+
+// hashWriter feeds a hash through one buffer: writing every field to the
+// hash.Hash itself made each one an allocation (a slice passed to an
+// interface escapes), ten or more per chunk.
+type hashWriter struct {
+	h   hash.Hash
+	buf []byte
 }
 
-func writeInt(h hash.Hash, v int64) {
-	var b [8]byte
-	binary.LittleEndian.PutUint64(b[:], uint64(v))
-	h.Write(b[:])
+// need makes room for n more bytes, flushing the buffer if it is short.
+func (w *hashWriter) need(n int) {
+	if len(w.buf)+n > cap(w.buf) {
+		w.flush()
+	}
 }
 
-func writeMetadata(h hash.Hash, m map[string]any) {
+func (w *hashWriter) flush() {
+	w.h.Write(w.buf)
+	w.buf = w.buf[:0]
+}
+
+func (w *hashWriter) byte(b byte) {
+	w.need(1)
+	w.buf = append(w.buf, b)
+}
+
+func (w *hashWriter) int(v int64) {
+	w.need(8)
+	w.buf = binary.LittleEndian.AppendUint64(w.buf, uint64(v))
+}
+
+// string writes s's length and s, a buffer at a time.
+func (w *hashWriter) string(s string) {
+	w.int(int64(len(s)))
+	for len(s) > 0 {
+		w.need(1)
+		n := copy(w.buf[len(w.buf):cap(w.buf)], s)
+		w.buf = w.buf[:len(w.buf)+n]
+		s = s[n:]
+	}
+}
+
+func (w *hashWriter) metadata(m map[string]any) {
 	names := make([]string, 0, len(m))
 	for k := range m {
 		names = append(names, k)
 	}
 	sort.Strings(names)
-	writeInt(h, int64(len(names)))
+	w.int(int64(len(names)))
 	for _, k := range names {
-		writeString(h, k)
+		w.string(k)
 		switch v := m[k].(type) {
 		case nil:
-			h.Write([]byte{'n'})
+			w.byte('n')
 		case bool:
 			if v {
-				h.Write([]byte{'T'})
+				w.byte('T')
 			} else {
-				h.Write([]byte{'F'})
+				w.byte('F')
 			}
 		case string:
-			h.Write([]byte{'s'})
-			writeString(h, v)
+			w.byte('s')
+			w.string(v)
 		case int64:
-			h.Write([]byte{'i'})
-			writeInt(h, v)
+			w.byte('i')
+			w.int(v)
 		case float64:
-			h.Write([]byte{'f'})
-			writeInt(h, int64(math.Float64bits(v)))
+			w.byte('f')
+			w.int(int64(math.Float64bits(v)))
 		}
 	}
 }

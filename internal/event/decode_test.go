@@ -202,3 +202,25 @@ func TestContentHash(t *testing.T) {
 		t.Error("metadata 1 and \"1\" hash alike, want different")
 	}
 }
+
+// TestContentHashGolden pins the content hash of a few events: it is
+// stored with every document and compared on every replay, so a change to
+// its bytes would turn a replay of unchanged events into conflicts.
+func TestContentHashGolden(t *testing.T) {
+	d := NewDecoder(Limits{MaxRecordBytes: 1 << 20, MaxChunks: 100, VectorDim: 2}, Splitter{MaxBytes: 1024})
+	for _, tc := range []struct{ event, want string }{
+		{`{"document_key":"d","version":1,"title":"t","text":"hello world, this is a text"}`, "4c833c1525fd483d107582aa6beff8c25bb7ae7bc8f81bdcc51913b260ea26f2"},
+		{`{"document_key":"d","version":2,"title":"t","source":"s","text":"ünïcödé","metadata":{"b":true,"a":1,"c":"x","d":null,"e":0.5,"f":false}}`, "013c9e4d51ad2434f8237e4cc449176d09433e6bc395a68583fa5d79a12783d9"},
+		{`{"document_key":"d","version":1,"chunks":[{"text":"one","vector":[0.5,-1],"metadata":{"p":1}},{"text":"two","metadata":{}}]}`, "07c4f3d0e5f6f235c019122f8f4d2e269419354238245db6324143e42b5a9434"},
+		{`{"document_key":"d","version":1,"chunks":[]}`, "5ceab3fc5a9b78a8bd8995b035e8b319ad7f5190d119db1bf055408ce67d833f"},
+		{`{"document_key":"d","version":1,"text":"` + strings.Repeat("long text ", 2000) + `"}`, "8b511eb4a7a279b1f8623edde39646ff284e2a102a6b73e0fcfc3327180d7ace"},
+	} {
+		ev, err := d.Decode([]byte("d"), []byte(tc.event), "")
+		if err != nil {
+			t.Fatalf("Decode(%.60s): %v", tc.event, err)
+		}
+		if ev.ContentHash != tc.want {
+			t.Errorf("content hash of %.60s = %s, want %s", tc.event, ev.ContentHash, tc.want)
+		}
+	}
+}
