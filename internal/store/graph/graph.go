@@ -40,7 +40,6 @@ package graph
 import (
 	"context"
 	"crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -51,6 +50,7 @@ import (
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j/config"
 
+	"github.com/projector/projector/internal/metajson"
 	"github.com/projector/projector/internal/project"
 )
 
@@ -697,11 +697,7 @@ func jsonOrNil(m map[string]any) (any, error) {
 	if m == nil {
 		return nil, nil
 	}
-	b, err := json.Marshal(m)
-	if err != nil {
-		return nil, err
-	}
-	return string(b), nil
+	return metajson.Marshal(m, metajson.AsJSON)
 }
 
 // classify wraps a Neo4j error as a project.StoreError whose kind says

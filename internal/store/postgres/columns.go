@@ -1,15 +1,12 @@
 package postgres
 
 import (
-	"encoding/json"
 	"fmt"
-	"math"
-	"strconv"
-	"strings"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/projector/projector/internal/metajson"
 	"github.com/projector/projector/internal/project"
 )
 
@@ -173,25 +170,13 @@ func newLedgerColumns(entries []project.LedgerEntry) *ledgerColumns {
 }
 
 // jsonText encodes metadata for a jsonb column; "" stands for SQL NULL.
-// encoding/json sorts map keys, so equal metadata gives equal text. A float
-// keeps a decimal point (3.0, not 3), as jsonb keeps it, so that metadataOf
-// reads it back as the float it was rather than as an integer: a repair
-// that rebuilds a store from these rows writes the types projected.
+// Keys are sorted, so equal metadata gives equal text. A float keeps a
+// decimal point (3.0, not 3), as jsonb keeps it, so that metadataOf reads
+// it back as the float it was rather than as an integer: a repair that
+// rebuilds a store from these rows writes the types projected.
 func jsonText(m map[string]any) (string, error) {
 	if m == nil {
 		return "", nil
 	}
-	typed := make(map[string]any, len(m))
-	for k, v := range m {
-		if f, ok := v.(float64); ok && !math.IsInf(f, 0) && !math.IsNaN(f) {
-			s := strconv.FormatFloat(f, 'g', -1, 64)
-			if !strings.ContainsAny(s, ".e") {
-				s += ".0"
-			}
-			v = json.Number(s)
-		}
-		typed[k] = v
-	}
-	b, err := json.Marshal(typed)
-	return string(b), err
+	return metajson.Marshal(m, metajson.WithPoint)
 }
