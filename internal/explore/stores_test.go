@@ -139,17 +139,24 @@ func (s *stores) snapshot(ctx context.Context, key string) (snapshot, error) {
 			out["graph"] = append(out["graph"], n.line(string(b)))
 		}
 	}
-	err := s.index.Scroll(ctx, &qdrant.Filter{Must: []*qdrant.Condition{qdrant.NewMatchKeyword("document_key", key)}}, nil,
-		func(p *qdrant.RetrievedPoint) error {
-			b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(p)
-			if err != nil {
-				return err
-			}
-			out["index"] = append(out["index"], n.line(string(b)))
-			return nil
-		})
+	// The ids alone (an include of no field): what a clean delivery and a
+	// case must agree on is which points are there.
+	points, err := s.index.Client().Scroll(ctx, &qdrant.ScrollPoints{
+		CollectionName: s.index.Collection(),
+		Filter:         &qdrant.Filter{Must: []*qdrant.Condition{qdrant.NewMatchKeyword("document_key", key)}},
+		Limit:          qdrant.PtrOf(uint32(1000)),
+		WithPayload:    qdrant.NewWithPayloadInclude(),
+		WithVectors:    qdrant.NewWithVectors(false),
+	})
 	if err != nil {
 		return nil, fmt.Errorf("read the index: %w", err)
+	}
+	for _, p := range points {
+		b, err := protojson.MarshalOptions{UseProtoNames: true}.Marshal(p)
+		if err != nil {
+			return nil, err
+		}
+		out["index"] = append(out["index"], n.line(string(b)))
 	}
 	for _, lines := range out {
 		slices.Sort(lines)

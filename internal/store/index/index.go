@@ -517,14 +517,9 @@ const scrollPage = 2048
 func (s *Store) ChunkIDs(ctx context.Context, keys []string) (map[string][]uuid.UUID, error) {
 	out := make(map[string][]uuid.UUID, len(keys))
 	filter := &qdrant.Filter{Must: []*qdrant.Condition{qdrant.NewMatchKeywords("document_key", keys...)}}
-	err := s.Scroll(ctx, filter, []string{"document_key"}, func(p *qdrant.RetrievedPoint) error {
-		key := p.GetPayload()["document_key"].GetStringValue()
-		id, err := uuid.Parse(p.GetId().GetUuid())
-		if err != nil {
-			// A numeric or malformed id was not written by the projector.
-			id = uuid.Nil
-		}
-		out[key] = append(out[key], id)
+	err := s.scan(ctx, filter, []string{"document_key"}, func(p *scanned) error {
+		key := p.String("document_key")
+		out[key] = append(out[key], p.ID())
 		return nil
 	})
 	return out, err
@@ -536,47 +531,18 @@ func (s *Store) Points(ctx context.Context, keys []string) (map[string][]project
 	out := make(map[string][]project.Point, len(keys))
 	filter := &qdrant.Filter{Must: []*qdrant.Condition{qdrant.NewMatchKeywords("document_key", keys...)}}
 	fields := []string{"document_key", "version", fieldTopic, fieldTopicID, fieldPartition, fieldOffset}
-	err := s.Scroll(ctx, filter, fields, func(p *qdrant.RetrievedPoint) error {
-		pl := p.GetPayload()
-		key := pl["document_key"].GetStringValue()
-		pt := project.Point{ID: pointUUID(p.GetId()), Version: pl["version"].GetIntegerValue(), Position: project.Position{
-			Topic: pl[fieldTopic].GetStringValue(), Partition: int32(pl[fieldPartition].GetIntegerValue()), Offset: pl[fieldOffset].GetIntegerValue(),
+	err := s.scan(ctx, filter, fields, func(p *scanned) error {
+		key := p.String("document_key")
+		pt := project.Point{ID: p.ID(), Version: p.Int("version"), Position: project.Position{
+			Topic: p.String(fieldTopic), Partition: int32(p.Int(fieldPartition)), Offset: p.Int(fieldOffset),
 		}}
-		if id, err := uuid.Parse(pl[fieldTopicID].GetStringValue()); err == nil {
+		if id, err := uuid.Parse(p.String(fieldTopicID)); err == nil {
 			pt.Position.TopicID = project.TopicID(id)
 		}
 		out[key] = append(out[key], pt)
 		return nil
 	})
 	return out, err
-}
-
-// Scroll calls fn for every point matching filter, a page at a time, with
-// the named payload fields. Memory stays at one page whatever the total.
-func (s *Store) Scroll(ctx context.Context, filter *qdrant.Filter, fields []string, fn func(*qdrant.RetrievedPoint) error) error {
-	var offset *qdrant.PointId
-	for {
-		points, next, err := s.client.ScrollAndOffset(ctx, &qdrant.ScrollPoints{
-			CollectionName: s.cfg.Collection,
-			Filter:         filter,
-			Offset:         offset,
-			Limit:          qdrant.PtrOf(uint32(scrollPage)),
-			WithPayload:    qdrant.NewWithPayloadInclude(fields...),
-			WithVectors:    qdrant.NewWithVectors(false),
-		})
-		if err != nil {
-			return classify(ctx, fmt.Errorf("scroll points: %w", err))
-		}
-		for _, p := range points {
-			if err := fn(p); err != nil {
-				return err
-			}
-		}
-		if next == nil {
-			return nil
-		}
-		offset = next
-	}
 }
 
 // classify wraps a Qdrant error as a project.StoreError whose kind says

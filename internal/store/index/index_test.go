@@ -30,7 +30,7 @@ func openTest(t *testing.T, dim int) *Store {
 }
 
 // openWith is openTest with the rest of cfg as given.
-func openWith(t *testing.T, cfg Config) *Store {
+func openWith(t testing.TB, cfg Config) *Store {
 	t.Helper()
 	ctx := context.Background()
 	cfg.Addr, cfg.Collection = testenv.QdrantAddr(t), fmt.Sprintf("test_%d", time.Now().UnixNano())

@@ -19,10 +19,10 @@ var _ reconcile.Store = (*Store)(nil)
 func (s *Store) Holdings(ctx context.Context, keys []string) (map[string]reconcile.Holding, error) {
 	out := make(map[string]reconcile.Holding, len(keys))
 	filter := &qdrant.Filter{Must: []*qdrant.Condition{qdrant.NewMatchKeywords("document_key", keys...)}}
-	err := s.Scroll(ctx, filter, []string{"document_key", "version"}, func(p *qdrant.RetrievedPoint) error {
-		key := p.GetPayload()["document_key"].GetStringValue()
+	err := s.scan(ctx, filter, []string{"document_key", "version"}, func(p *scanned) error {
+		key := p.String("document_key")
 		h := out[key]
-		h.Chunks = append(h.Chunks, reconcile.Held{ID: pointUUID(p.GetId()), Version: p.GetPayload()["version"].GetIntegerValue()})
+		h.Chunks = append(h.Chunks, reconcile.Held{ID: p.ID(), Version: p.Int("version")})
 		out[key] = h
 		return nil
 	})
@@ -55,8 +55,8 @@ func (s *Store) ScanKeys(ctx context.Context, prefix string, pageSize int, fn fu
 		clear(seen)
 		return err
 	}
-	err := s.Scroll(ctx, nil, []string{"document_key"}, func(p *qdrant.RetrievedPoint) error {
-		key := p.GetPayload()["document_key"].GetStringValue()
+	err := s.scan(ctx, nil, []string{"document_key"}, func(p *scanned) error {
+		key := p.String("document_key")
 		if !strings.HasPrefix(key, prefix) || seen[key] {
 			return nil
 		}

@@ -34,3 +34,7 @@ func BenchmarkColumns(b *testing.B) {
 		}
 	}
 }
+
+func BenchmarkChunkIDs(b *testing.B) {
+	storetest.BenchChunkIDs(b, relationalUnderTest{openTest(b)}, "")
+}

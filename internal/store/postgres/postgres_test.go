@@ -17,7 +17,7 @@ import (
 )
 
 // openTest opens a store in a fresh schema that is dropped after the test.
-func openTest(t *testing.T) *Store {
+func openTest(t testing.TB) *Store {
 	t.Helper()
 	s, _ := openUnmigrated(t)
 	if err := s.Migrate(context.Background()); err != nil {
@@ -28,7 +28,7 @@ func openTest(t *testing.T) *Store {
 
 // openUnmigrated opens a store on a schema name that is dropped after the
 // test, without creating anything, and returns the schema's name.
-func openUnmigrated(t *testing.T) (*Store, string) {
+func openUnmigrated(t testing.TB) (*Store, string) {
 	t.Helper()
 	dsn := testenv.PostgresDSN(t)
 	ctx := context.Background()

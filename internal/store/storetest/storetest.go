@@ -17,6 +17,7 @@ import (
 	"github.com/projector/projector/internal/keys"
 	"github.com/projector/projector/internal/project"
 	"github.com/projector/projector/internal/reconcile"
+	"github.com/projector/projector/internal/testenv"
 )
 
 // Store is an adapter under test.
@@ -284,5 +285,30 @@ func CheckCount(t *testing.T, s interface {
 	}
 	if !ok || n != want {
 		t.Errorf("Count(%q) = %d, %v; want %d, true (the items Holdings returns for the keys ScanKeys finds)", prefix, n, ok, want)
+	}
+}
+
+// BenchChunkIDs benchmarks a store's part of an id fence after a batch:
+// the chunk ids of 400 documents of five chunks, read by key, with the
+// client's CPU per read (testenv.ReportCPU) beside the time the server
+// takes.
+func BenchChunkIDs(b *testing.B, s Store, prefix string) {
+	ctx := context.Background()
+	w := &project.Write{}
+	keys := make([]string, 400)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("%sdoc-%d", prefix, i)
+		w.Live = append(w.Live, Doc(keys[i], 1, "a", "b", "c", "d", "e"))
+	}
+	if err := s.Apply(ctx, w); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	testenv.ReportCPU(b)
+	for b.Loop() {
+		ids, err := s.ChunkIDs(ctx, keys)
+		if err != nil || len(ids) != len(keys) {
+			b.Fatalf("ChunkIDs: %d documents, %v", len(ids), err)
+		}
 	}
 }
