@@ -26,7 +26,7 @@
 # `env` prints them as PROJECTOR_SECURE_* variables, which no flag reads.
 #
 # Usage: scripts/services.sh up|down|status|env|clean [SERVICE...]
-#        scripts/services.sh start|stop|restart SERVICE...
+#        scripts/services.sh start|stop|restart|kill SERVICE...
 #
 #   up      install what is missing, start what is not running, wait until each answers
 #   down    stop all (SIGTERM, then SIGKILL) and check no process is left; with
@@ -35,6 +35,8 @@
 #   env     print export lines: eval "$(scripts/services.sh env)"
 #   clean   stop, then delete the data (not the download cache in .cache/)
 #   start, stop, restart   one or more services, e.g. for outage tests
+#   kill    end services at once, as a crash would (SIGKILL; PostgreSQL: an
+#           immediate shutdown), e.g. a broker of the cluster in a failover test
 #
 # Without SERVICE names, up, status and clean take those in SERVICES (default all:
 # SERVICES="postgres kafka neo4j qdrant"). Run as root: PostgreSQL runs as the
@@ -46,6 +48,15 @@
 # NEO4J_VERSION (default: the ones in scripts/kafka/pom.xml, scripts/neo4j/pom.xml).
 # Data, pid files and logs live in .services/ (logs: .services/logs/SERVICE.log),
 # downloaded jars in .cache/; both are git-ignored.
+#
+# KAFKA_CLUSTER=1 adds a three-node KRaft cluster, the services kafka-1, kafka-2
+# and kafka-3 (each broker and controller, node.id 1 to 3), from the same jars,
+# beside the single broker that every other test uses: replication factor 3 and
+# min.insync.replicas 2 by default, plain listeners on KAFKA_CLUSTER_PORT (19092)
+# and the next two ports, controllers on KAFKA_CLUSTER_CONTROLLER_PORT (19192) and
+# the next two. `env` then also prints PROJECTOR_TEST_CLUSTER_BROKERS, which
+# e2e/cluster_test.go reads. Named, the nodes work without the variable too, and
+# `down` always stops them.
 #
 # The work is done by a Go program, cmd/services (internal/services, one table of
 # the services: start, health wait, stop, version); this script builds it into

@@ -3,7 +3,7 @@
 // own name as the program name and its checkout as -root:
 //
 //	services -root DIR up|down|status|env|clean [SERVICE...]
-//	services -root DIR start|stop|restart SERVICE...
+//	services -root DIR start|stop|restart|kill SERVICE...
 package main
 
 import (

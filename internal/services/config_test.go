@@ -32,14 +32,15 @@ func TestConfigFromEnvDefaults(t *testing.T) {
 		{"NEO4J_BOLT_PORT", cfg.Neo4jBoltPort, 7687}, {"NEO4J_SECURE_BOLT_PORT", cfg.Neo4jSecureBoltPort, 7688},
 		{"QDRANT_HTTP_PORT", cfg.QdrantHTTPPort, 6333}, {"QDRANT_GRPC_PORT", cfg.QdrantGRPCPort, 6334},
 		{"QDRANT_SECURE_HTTP_PORT", cfg.QdrantSecureHTTPPort, 6343}, {"QDRANT_SECURE_GRPC_PORT", cfg.QdrantSecureGRPCPort, 6344},
+		{"KAFKA_CLUSTER_PORT", cfg.ClusterPort, 19092}, {"KAFKA_CLUSTER_CONTROLLER_PORT", cfg.ClusterControllerPort, 19192},
 	}
 	for _, p := range ports {
 		if p.got != p.want {
 			t.Errorf("%s = %d, want %d", p.name, p.got, p.want)
 		}
 	}
-	if cfg.Services != nil || cfg.Java != "java" {
-		t.Errorf("services %v, java %q; want the default set, java", cfg.Services, cfg.Java)
+	if cfg.Cluster || cfg.Services != nil || cfg.Java != "java" {
+		t.Errorf("cluster %v, services %v, java %q; want off, the default set, java", cfg.Cluster, cfg.Services, cfg.Java)
 	}
 	if got, want := strings.Join(cfg.KafkaHeap, " "), "-Xms256m -Xmx768m"; got != want {
 		t.Errorf("KAFKA_HEAP = %q, want %q", got, want)
@@ -64,6 +65,13 @@ func TestConfigFromEnvOverrides(t *testing.T) {
 			return c.QdrantEngineCache, "/xdg/projector/qdrant-engine"
 		}},
 		{"engine cache wins", []string{"XDG_CACHE_HOME=/xdg", "QDRANT_ENGINE_CACHE=/q/"}, func(c Config) (string, string) { return c.QdrantEngineCache, "/q/" }},
+		{"cluster on", []string{"KAFKA_CLUSTER=1"}, func(c Config) (string, string) {
+			return strings.Join(c.clusterBrokers(), ","), "127.0.0.1:19092,127.0.0.1:19093,127.0.0.1:19094"
+		}},
+		{"cluster ports", []string{"KAFKA_CLUSTER=true", "KAFKA_CLUSTER_PORT=29000"}, func(c Config) (string, string) {
+			return strings.Join(c.clusterBrokers(), ","), "127.0.0.1:29000,127.0.0.1:29001,127.0.0.1:29002"
+		}},
+		{"cluster off", []string{"KAFKA_CLUSTER=0"}, func(c Config) (string, string) { return map[bool]string{true: "on", false: "off"}[c.Cluster], "off" }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -79,7 +87,7 @@ func TestConfigFromEnvOverrides(t *testing.T) {
 }
 
 func TestConfigFromEnvRefusesNonsense(t *testing.T) {
-	for _, env := range [][]string{{"PG_PORT=abc"}, {"KAFKA_PORT=0"}, {"QDRANT_GRPC_PORT=70000"}} {
+	for _, env := range [][]string{{"PG_PORT=abc"}, {"KAFKA_PORT=0"}, {"QDRANT_GRPC_PORT=70000"}, {"KAFKA_CLUSTER=maybe"}, {"KAFKA_CLUSTER_PORT=65534"}} {
 		if _, err := ConfigFromEnv("/ROOT", environ(env...)); err == nil {
 			t.Errorf("%v: no error, want one naming the variable", env)
 		} else if name, _, _ := strings.Cut(env[0], "="); !strings.Contains(err.Error(), name) {
@@ -100,6 +108,8 @@ func TestEnvSameAsScript(t *testing.T) {
 		{"env-default.golden", []string{"HOME=/home/u"}, ""},
 		{"env-ports.golden", []string{"HOME=/home/u", "PG_PORT=15432", "KAFKA_PORT=19092", "KAFKA_SECURE_PORT=19094", "NEO4J_BOLT_PORT=17687",
 			"NEO4J_SECURE_BOLT_PORT=17688", "QDRANT_GRPC_PORT=16334", "QDRANT_SECURE_GRPC_PORT=16344", "QDRANT_ADDR=10.0.0.1:6334", "QDRANT_ENGINE_CACHE=/cache/q"}, ""},
+		// The cluster adds one line, and changes none.
+		{"env-default.golden", []string{"HOME=/home/u", "KAFKA_CLUSTER=1"}, "export PROJECTOR_TEST_CLUSTER_BROKERS='127.0.0.1:19092,127.0.0.1:19093,127.0.0.1:19094'\n"},
 	}
 	for _, tt := range tests {
 		t.Run(strings.Join(tt.env, " "), func(t *testing.T) {

@@ -24,7 +24,14 @@ import (
 
 // The Apache Kafka broker, from the jars of scripts/kafka/pom.xml: one node
 // that is both broker and controller (KRaft), with a plain listener, the
-// controller's, and a SASL_SSL listener with SCRAM and PLAIN users.
+// controller's, and a SASL_SSL listener with SCRAM and PLAIN users. With
+// KAFKA_CLUSTER=1, also a cluster of three such nodes (kafka-1, kafka-2,
+// kafka-3) on ports of their own, with plain listeners only, for the tests
+// of a broker failover.
+
+// clusterNodes is the size of the opt-in cluster; node N is the service
+// kafka-N, with node.id N.
+const clusterNodes = 3
 
 func (r *Runner) kafkaJars() jars {
 	return jars{name: "kafka", pom: filepath.Join(r.cfg.Root, "scripts/kafka/pom.xml"), property: "kafka.version", version: r.cfg.KafkaVersion}
@@ -76,6 +83,7 @@ func (r *Runner) kafka() service {
 		start: func(ctx context.Context) error { return r.startKafka(ctx, home) },
 		wait:  r.waitKafka,
 		stop:  func(ctx context.Context) error { return r.stopPIDService(ctx, "kafka") },
+		kill:  func(ctx context.Context) error { return r.killPIDService(ctx, "kafka") },
 		data:  func(context.Context) []string { return []string{home} },
 	}
 }
@@ -339,4 +347,137 @@ func login(ctx context.Context, secure string, roots *x509.CertPool, user, passw
 		return errors.New("metadata lists no broker")
 	}
 	return nil
+}
+
+// --- the opt-in cluster -----------------------------------------------------------
+
+func nodeName(n int) string { return fmt.Sprintf("kafka-%d", n) }
+
+// clusterBrokers are the bootstrap addresses of the cluster's nodes.
+func (c Config) clusterBrokers() []string {
+	var addrs []string
+	for n := 1; n <= clusterNodes; n++ {
+		addrs = append(addrs, fmt.Sprintf("127.0.0.1:%d", c.ClusterPort+n-1))
+	}
+	return addrs
+}
+
+func (r *Runner) clusterNode(n int) service {
+	name := nodeName(n)
+	home := filepath.Join(r.cfg.servicesDir(), name)
+	addr := fmt.Sprintf("127.0.0.1:%d", r.cfg.ClusterPort+n-1)
+	return service{
+		name:  name,
+		optIn: true,
+		addr:  func() string { return addr },
+		up:    r.pidUp(name),
+		start: func(ctx context.Context) error { return r.startClusterNode(ctx, n, home) },
+		wait: func(ctx context.Context) error {
+			guess, err := r.waitForBroker(ctx, name, addr, int32(n))
+			if err != nil {
+				return err
+			}
+			r.logf("%s: up on %s (Apache Kafka %s; ApiVersions match %s)", name, addr, loggedKafkaVersion(r.cfg.logFile(name)), guess)
+			return nil
+		},
+		stop: func(ctx context.Context) error { return r.stopPIDService(ctx, name) },
+		kill: func(ctx context.Context) error { return r.killPIDService(ctx, name) },
+		data: func(context.Context) []string { return []string{home} },
+	}
+}
+
+// clusterNodeConfig is node n's server.properties: broker and controller,
+// one of three voters of a static quorum, and the replication a
+// production cluster has: every internal topic on three replicas, two of
+// them in sync for a write, and the same for a topic created with the
+// broker's defaults.
+func clusterNodeConfig(c Config, n int, home string) string {
+	var voters []string
+	for i := 1; i <= clusterNodes; i++ {
+		voters = append(voters, fmt.Sprintf("%d@127.0.0.1:%d", i, c.ClusterControllerPort+i-1))
+	}
+	return fmt.Sprintf(`# Written by scripts/services.sh on every start; edits are lost.
+# Node %[1]d of the three-node cluster of KAFKA_CLUSTER=1.
+process.roles=broker,controller
+node.id=%[1]d
+controller.quorum.voters=%[2]s
+listeners=PLAINTEXT://127.0.0.1:%[3]d,CONTROLLER://127.0.0.1:%[4]d
+advertised.listeners=PLAINTEXT://127.0.0.1:%[3]d
+inter.broker.listener.name=PLAINTEXT
+controller.listener.names=CONTROLLER
+listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT
+log.dirs=%[5]s/data
+num.partitions=1
+default.replication.factor=3
+min.insync.replicas=2
+auto.create.topics.enable=true
+offsets.topic.replication.factor=3
+offsets.topic.num.partitions=10
+transaction.state.log.replication.factor=3
+transaction.state.log.min.isr=2
+share.coordinator.state.topic.replication.factor=3
+share.coordinator.state.topic.min.isr=2
+group.initial.rebalance.delay.ms=0
+`, n, strings.Join(voters, ","), c.ClusterPort+n-1, c.ClusterControllerPort+n-1, home)
+}
+
+// clusterID returns the id the cluster's formatted nodes have, or a new one.
+func (r *Runner) clusterID() (string, error) {
+	for n := 1; n <= clusterNodes; n++ {
+		b, err := os.ReadFile(filepath.Join(r.cfg.servicesDir(), nodeName(n), "data/meta.properties"))
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if id, ok := strings.CutPrefix(line, "cluster.id="); ok {
+				return strings.TrimSpace(id), nil
+			}
+		}
+	}
+	return newClusterID()
+}
+
+func (r *Runner) startClusterNode(ctx context.Context, n int, home string) error {
+	name := nodeName(n)
+	if _, ok := r.runningPID(name); ok {
+		r.logf("%s: already running", name)
+		return nil
+	}
+	port, controller := r.cfg.ClusterPort+n-1, r.cfg.ClusterControllerPort+n-1
+	if err := requireFreePort(ctx, name, port, "KAFKA_CLUSTER_PORT"); err != nil {
+		return err
+	}
+	if err := requireFreePort(ctx, name, controller, "KAFKA_CLUSTER_CONTROLLER_PORT"); err != nil {
+		return err
+	}
+	j := r.kafkaJars()
+	version, dir, err := j.resolve(r.cfg.cacheDir())
+	if err != nil {
+		return err
+	}
+	if err := r.fetch(ctx, j, version, dir); err != nil {
+		return err
+	}
+	if err := os.MkdirAll(home, 0o755); err != nil {
+		return err
+	}
+	properties := filepath.Join(home, "server.properties")
+	if err := writeFile(properties, []byte(clusterNodeConfig(r.cfg, n, home)), 0o644); err != nil {
+		return err
+	}
+	if _, err := os.Stat(filepath.Join(home, "data/meta.properties")); err != nil {
+		// Every node is formatted with the cluster's id; the voters are
+		// static (controller.quorum.voters), so changing
+		// KAFKA_CLUSTER_CONTROLLER_PORT later needs a clean of all three.
+		r.logf("%s: formatting storage in %s/data", name, home)
+		id, err := r.clusterID()
+		if err != nil {
+			return err
+		}
+		if err := r.format(ctx, name, dir, properties, id); err != nil {
+			return err
+		}
+	}
+	r.logf("%s: starting Kafka %s on 127.0.0.1:%d (controller 127.0.0.1:%d), node %d of %d", name, version, port, controller, n, clusterNodes)
+	return r.launch(name, "", append(r.kafkaJava(dir), "kafka.Kafka", properties)...)
 }

@@ -33,6 +33,7 @@ func (r *Runner) neo4j() service {
 		start: func(ctx context.Context) error { return r.startNeo4j(ctx, home, secureHome) },
 		wait:  r.waitNeo4j,
 		stop:  func(ctx context.Context) error { return r.stopPIDService(ctx, "neo4j") },
+		kill:  func(ctx context.Context) error { return r.killPIDService(ctx, "neo4j") },
 		data:  func(context.Context) []string { return []string{home, secureHome} },
 	}
 }

@@ -27,6 +27,7 @@ func (r *Runner) postgres() service {
 		start: r.startPostgres,
 		wait:  r.waitPostgres,
 		stop:  r.stopPostgres,
+		kill:  r.killPostgres,
 		data:  func(ctx context.Context) []string { return []string{r.pgHome(ctx)} },
 	}
 }
@@ -430,5 +431,17 @@ func (r *Runner) stopPostgres(ctx context.Context) error {
 	if asPostgres(ctx, bin+"/pg_ctl", "stop", "-D", data, "-m", "fast", "-w", "-t", strconv.Itoa(int(r.cfg.StopTimeout.Seconds()))).Run() != nil {
 		_ = asPostgres(ctx, bin+"/pg_ctl", "stop", "-D", data, "-m", "immediate", "-w").Run()
 	}
+	return nil
+}
+
+// killPostgres stops the server with no shutdown at all, as a crash would:
+// the next start recovers from the write-ahead log.
+func (r *Runner) killPostgres(ctx context.Context) error {
+	if !r.pgRunning(ctx) {
+		return nil
+	}
+	bin, _ := pgBin()
+	r.logf("postgres: stopping at once (pg_ctl stop -m immediate)")
+	_ = asPostgres(ctx, bin+"/pg_ctl", "stop", "-D", r.pgHome(ctx)+"/data", "-m", "immediate", "-w").Run()
 	return nil
 }

@@ -142,6 +142,17 @@ func (r *Runner) stopPIDService(ctx context.Context, name string) error {
 	return removeIfExists(r.pidFile(name))
 }
 
+// killPIDService ends a service started by launch at once, with SIGKILL,
+// as a crash would, and removes its pid file.
+func (r *Runner) killPIDService(ctx context.Context, name string) error {
+	if pid, ok := r.runningPID(name); ok {
+		r.logf("%s: killing (pid %d, SIGKILL)", name, pid)
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		r.waitGone(ctx, pid, 0)
+	}
+	return removeIfExists(r.pidFile(name))
+}
+
 func removeIfExists(path string) error {
 	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err

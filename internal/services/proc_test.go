@@ -96,6 +96,24 @@ func TestStopSendsSIGKILLAfterStopTimeout(t *testing.T) {
 	}
 }
 
+func TestKillIsImmediate(t *testing.T) {
+	r, _, stderr := newTestRunner(t)
+	pid := launchFake(t, r, "broker", "trap '' TERM; while :; do sleep 0.05; done")
+	start := time.Now()
+	if err := r.killPIDService(context.Background(), "broker"); err != nil {
+		t.Fatal(err)
+	}
+	if alive(pid) || time.Since(start) > r.cfg.StopTimeout {
+		t.Errorf("after kill: alive %v, %s; want gone at once", alive(pid), time.Since(start))
+	}
+	if _, ok := r.runningPID("broker"); ok {
+		t.Errorf("broker still running after kill")
+	}
+	if !strings.Contains(stderr.String(), "broker: killing (pid "+strconv.Itoa(pid)+", SIGKILL)") {
+		t.Errorf("kill said %q", stderr.String())
+	}
+}
+
 // TestRunningPIDTrustsOnlyItsOwn: a pid file whose process is gone, is
 // a zombie, or is another program (the pid was given again) is no service.
 func TestRunningPIDTrustsOnlyItsOwn(t *testing.T) {

@@ -44,7 +44,13 @@ func (r *Runner) qdrant() service {
 		start: func(ctx context.Context) error { return r.startQdrant(ctx, home, secureHome) },
 		wait:  r.waitQdrant,
 		stop:  r.stopQdrant,
-		data:  func(context.Context) []string { return []string{home, secureHome} },
+		kill: func(ctx context.Context) error {
+			if err := r.killPIDService(ctx, "qdrant-secure"); err != nil {
+				return err
+			}
+			return r.killPIDService(ctx, "qdrant")
+		},
+		data: func(context.Context) []string { return []string{home, secureHome} },
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -55,6 +56,35 @@ func properties(s string) map[string]string {
 		}
 	}
 	return m
+}
+
+func TestClusterNodeConfig(t *testing.T) {
+	cfg := defaultConfig(t, "KAFKA_CLUSTER_PORT=29092", "KAFKA_CLUSTER_CONTROLLER_PORT=29192")
+	voters := "1@127.0.0.1:29192,2@127.0.0.1:29193,3@127.0.0.1:29194"
+	for n := 1; n <= clusterNodes; n++ {
+		p := properties(clusterNodeConfig(cfg, n, "/ROOT/.services/kafka-"+strconv.Itoa(n)))
+		want := map[string]string{
+			"node.id":                                  strconv.Itoa(n),
+			"process.roles":                            "broker,controller",
+			"controller.quorum.voters":                 voters,
+			"listeners":                                "PLAINTEXT://127.0.0.1:" + strconv.Itoa(29091+n) + ",CONTROLLER://127.0.0.1:" + strconv.Itoa(29191+n),
+			"advertised.listeners":                     "PLAINTEXT://127.0.0.1:" + strconv.Itoa(29091+n),
+			"log.dirs":                                 "/ROOT/.services/kafka-" + strconv.Itoa(n) + "/data",
+			"default.replication.factor":               "3",
+			"min.insync.replicas":                      "2",
+			"offsets.topic.replication.factor":         "3",
+			"transaction.state.log.replication.factor": "3",
+			"transaction.state.log.min.isr":            "2",
+		}
+		for k, v := range want {
+			if p[k] != v {
+				t.Errorf("node %d: %s=%q, want %q", n, k, p[k], v)
+			}
+		}
+		if _, ok := p["controller.quorum.bootstrap.servers"]; ok {
+			t.Errorf("node %d: a dynamic quorum (controller.quorum.bootstrap.servers) beside the static voters", n)
+		}
+	}
 }
 
 func TestWithTLSRules(t *testing.T) {

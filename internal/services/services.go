@@ -6,9 +6,9 @@
 // header of that script is the user's documentation.
 //
 // Each service is one row of a table (Runner.table): how it starts, how to
-// wait until it answers (and print its version), and how it stops. The
-// commands (up, down, status, env, clean, start, stop, restart)
-// only walk that table.
+// wait until it answers (and print its version), how it stops and how it is
+// killed. The commands (up, down, status, env, clean, start, stop, restart,
+// kill) only walk that table.
 package services
 
 import (
@@ -36,8 +36,11 @@ type Runner struct {
 // service is one row of the table.
 type service struct {
 	name string
-	addr func() string
-	up   func(ctx context.Context) bool
+	// optIn services (the cluster's nodes) are not in the default set
+	// unless KAFKA_CLUSTER asks for them; named, they always work.
+	optIn bool
+	addr  func() string
+	up    func(ctx context.Context) bool
 	// start launches the service, or says it runs already; it does not
 	// wait, so the JVMs start side by side.
 	start func(ctx context.Context) error
@@ -46,6 +49,8 @@ type service struct {
 	wait func(ctx context.Context) error
 	// stop asks the service to end (SIGTERM, SIGKILL after StopTimeout).
 	stop func(ctx context.Context) error
+	// kill ends it at once, as a crash would.
+	kill func(ctx context.Context) error
 	// data are the directories clean removes, beside its log.
 	data func(ctx context.Context) []string
 }
@@ -53,7 +58,11 @@ type service struct {
 // New returns a Runner that prints to stdout and stderr.
 func New(cfg Config, stdout, stderr io.Writer) *Runner {
 	r := &Runner{cfg: cfg, stdout: stdout, stderr: stderr, poll: 500 * time.Millisecond, stopPoll: 100 * time.Millisecond}
-	r.table = []service{r.postgres(), r.kafka(), r.neo4j(), r.qdrant()}
+	r.table = []service{r.postgres(), r.kafka()}
+	for n := 1; n <= clusterNodes; n++ {
+		r.table = append(r.table, r.clusterNode(n))
+	}
+	r.table = append(r.table, r.neo4j(), r.qdrant())
 	return r
 }
 
@@ -122,7 +131,9 @@ func (r *Runner) logf(format string, args ...any) {
 func (r *Runner) defaults() []string {
 	var names []string
 	for _, s := range r.table {
-		names = append(names, s.name)
+		if !s.optIn || r.cfg.Cluster {
+			names = append(names, s.name)
+		}
 	}
 	return names
 }
@@ -158,10 +169,10 @@ func reversed(s []service) []service {
 func (r *Runner) Run(ctx context.Context, prog string, args []string) error {
 	all := strings.Join(r.defaults(), " ")
 	if len(args) == 0 {
-		return fmt.Errorf("usage: %s up|down|status|env|clean [SERVICE...] | start|stop|restart SERVICE...", prog)
+		return fmt.Errorf("usage: %s up|down|status|env|clean [SERVICE...] | start|stop|restart|kill SERVICE...", prog)
 	}
 	cmd, named := args[0], args[1:]
-	if slices.Contains([]string{"start", "stop", "restart"}, cmd) && len(named) == 0 {
+	if slices.Contains([]string{"start", "stop", "restart", "kill"}, cmd) && len(named) == 0 {
 		return fmt.Errorf("%s needs a service name (one of: %s)", cmd, all)
 	}
 	// The services named on the command line, else those in SERVICES.
@@ -198,6 +209,13 @@ func (r *Runner) Run(ctx context.Context, prog string, args []string) error {
 			return err
 		}
 		return r.start(ctx, names)
+	case "kill":
+		for _, s := range reversed(r.inOrder(names)) {
+			if err := s.kill(ctx); err != nil {
+				return err
+			}
+		}
+		return nil
 	}
 	return fmt.Errorf("unknown command '%s'", cmd)
 }
@@ -237,9 +255,19 @@ func (r *Runner) stop(ctx context.Context, names []string) error {
 	return nil
 }
 
+// everything are the names of the whole table, the cluster's nodes too, so
+// that down and a full clean leave nothing running whatever KAFKA_CLUSTER says.
+func (r *Runner) everything() []string {
+	names := make([]string, len(r.table))
+	for i, s := range r.table {
+		names[i] = s.name
+	}
+	return names
+}
+
 // down stops every service, then any process of theirs that lost its pid file.
 func (r *Runner) down(ctx context.Context) error {
-	if err := r.stop(ctx, r.defaults()); err != nil {
+	if err := r.stop(ctx, r.everything()); err != nil {
 		return err
 	}
 	dirs := []string{r.cfg.servicesDir() + "/", r.cfg.cacheDir() + "/", r.pgHome(ctx) + "/"}
@@ -277,7 +305,7 @@ func (r *Runner) status(ctx context.Context, names []string) error {
 // .cache); with every default service, all of .services.
 func (r *Runner) clean(ctx context.Context, names []string) error {
 	if slices.Equal(names, r.defaults()) {
-		if err := r.stop(ctx, r.defaults()); err != nil {
+		if err := r.stop(ctx, r.everything()); err != nil {
 			return err
 		}
 		for _, d := range []string{r.pgHome(ctx), r.cfg.servicesDir()} {
@@ -345,6 +373,11 @@ func envLines(c Config, qdrantBin string) string {
 		{"PROJECTOR_SECURE_QDRANT_API_KEY_FILE", secrets + "/qdrant-api-key"},
 		{"PROJECTOR_TEST_QDRANT_BIN", qdrantBin},
 		{"PROJECTOR_TEST_QDRANT_ENGINE_TARGET", c.QdrantEngineCache + "/target"},
+	}
+	if c.Cluster {
+		// PROJECTOR_TEST_: a variable of the tests, which the projector's
+		// check for misspelt PROJECTOR_* settings leaves alone.
+		vars = append(vars, [2]string{"PROJECTOR_TEST_CLUSTER_BROKERS", strings.Join(c.clusterBrokers(), ",")})
 	}
 	var b strings.Builder
 	for _, v := range vars {
