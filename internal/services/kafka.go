@@ -367,11 +367,12 @@ func (r *Runner) clusterNode(n int) service {
 	home := filepath.Join(r.cfg.servicesDir(), name)
 	addr := fmt.Sprintf("127.0.0.1:%d", r.cfg.ClusterPort+n-1)
 	return service{
-		name:  name,
-		optIn: true,
-		addr:  func() string { return addr },
-		up:    r.pidUp(name),
-		start: func(ctx context.Context) error { return r.startClusterNode(ctx, n, home) },
+		name:   name,
+		optIn:  true,
+		quorum: true,
+		addr:   func() string { return addr },
+		up:     r.pidUp(name),
+		start:  func(ctx context.Context) error { return r.startClusterNode(ctx, n, home) },
 		wait: func(ctx context.Context) error {
 			guess, err := r.waitForBroker(ctx, name, addr, int32(n))
 			if err != nil {

@@ -99,9 +99,14 @@ func (r *Runner) launch(name, dir string, argv ...string) error {
 
 // killPID sends SIGTERM, waits up to StopTimeout, then sends SIGKILL.
 func (r *Runner) killPID(ctx context.Context, name string, pid int) {
-	if syscall.Kill(pid, syscall.SIGTERM) != nil {
-		return
+	if syscall.Kill(pid, syscall.SIGTERM) == nil {
+		r.awaitExit(ctx, name, pid)
 	}
+}
+
+// awaitExit waits up to StopTimeout for a process told to stop, then
+// sends SIGKILL.
+func (r *Runner) awaitExit(ctx context.Context, name string, pid int) {
 	if r.waitGone(ctx, pid, r.cfg.StopTimeout) {
 		return
 	}
@@ -135,11 +140,31 @@ func (r *Runner) waitGone(ctx context.Context, pid int, timeout time.Duration) b
 
 // stopPIDService stops a service started by launch, and removes its pid file.
 func (r *Runner) stopPIDService(ctx context.Context, name string) error {
-	if pid, ok := r.runningPID(name); ok {
-		r.logf("%s: stopping (pid %d)", name, pid)
-		r.killPID(ctx, name, pid)
+	return r.stopPIDServices(ctx, name)
+}
+
+// stopPIDServices stops services started by launch all at once: SIGTERM to
+// each, then the wait for each (SIGKILL after StopTimeout), and removes
+// their pid files.
+func (r *Runner) stopPIDServices(ctx context.Context, names ...string) error {
+	pids := make([]int, len(names))
+	for i, name := range names {
+		if pid, ok := r.runningPID(name); ok {
+			r.logf("%s: stopping (pid %d)", name, pid)
+			if syscall.Kill(pid, syscall.SIGTERM) == nil {
+				pids[i] = pid
+			}
+		}
 	}
-	return removeIfExists(r.pidFile(name))
+	for i, name := range names {
+		if pids[i] != 0 {
+			r.awaitExit(ctx, name, pids[i])
+		}
+		if err := removeIfExists(r.pidFile(name)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // killPIDService ends a service started by launch at once, with SIGKILL,

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -111,6 +112,37 @@ func TestKillIsImmediate(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "broker: killing (pid "+strconv.Itoa(pid)+", SIGKILL)") {
 		t.Errorf("kill said %q", stderr.String())
+	}
+}
+
+// TestQuorumStopsTogether: the cluster's nodes each stop cleanly only while
+// a majority of them runs, as a KRaft node's controlled shutdown needs the
+// controllers' quorum. Stopped one after the other, the last would wait for
+// SIGKILL; told all at once, each stops by itself.
+func TestQuorumStopsTogether(t *testing.T) {
+	r, _, stderr := newTestRunner(t)
+	dir := t.TempDir()
+	var pids []int
+	for n := 1; n <= clusterNodes; n++ {
+		// On SIGTERM a node marks itself stopping, then exits once two
+		// nodes (a majority, itself among them) are stopping or gone.
+		script := fmt.Sprintf(`trap 'touch %[1]s/%[2]d; until [ $(ls %[1]s | wc -l) -ge 2 ]; do sleep 0.02; done; exit 0' TERM; while :; do sleep 0.05; done`, dir, n)
+		pids = append(pids, launchFake(t, r, nodeName(n), script))
+	}
+	if err := r.stop(context.Background(), []string{"kafka-3", "kafka-1", "kafka-2"}); err != nil {
+		t.Fatal(err)
+	}
+	for _, pid := range pids {
+		if alive(pid) {
+			t.Errorf("pid %d alive after stop", pid)
+		}
+	}
+	if strings.Contains(stderr.String(), "SIGKILL") {
+		t.Errorf("a node needed SIGKILL: %s", stderr.String())
+	}
+	want := fmt.Sprintf("services: kafka-3: stopping (pid %d)\nservices: kafka-2: stopping (pid %d)\nservices: kafka-1: stopping (pid %d)\n", pids[2], pids[1], pids[0])
+	if stderr.String() != want {
+		t.Errorf("stop said\n%s\nwant\n%s", stderr.String(), want)
 	}
 }
 

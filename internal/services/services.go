@@ -39,8 +39,13 @@ type service struct {
 	// optIn services (the cluster's nodes) are not in the default set
 	// unless KAFKA_CLUSTER asks for them; named, they always work.
 	optIn bool
-	addr  func() string
-	up    func(ctx context.Context) bool
+	// quorum services (the cluster's nodes) are started by launch and
+	// stopped together: each one's clean shutdown needs a majority of
+	// them running, which stopping them one after the other would take
+	// from the last (it would wait for SIGKILL).
+	quorum bool
+	addr   func() string
+	up     func(ctx context.Context) bool
 	// start launches the service, or says it runs already; it does not
 	// wait, so the JVMs start side by side.
 	start func(ctx context.Context) error
@@ -245,10 +250,25 @@ func (r *Runner) start(ctx context.Context, names []string) error {
 	return nil
 }
 
-// stop stops the services, last started first.
+// stop stops the services, last started first; the nodes of the quorum
+// among them all at once, where the first of them stands.
 func (r *Runner) stop(ctx context.Context, names []string) error {
-	for _, s := range reversed(r.inOrder(names)) {
-		if err := s.stop(ctx); err != nil {
+	svcs := reversed(r.inOrder(names))
+	var nodes []string
+	for _, s := range svcs {
+		if s.quorum {
+			nodes = append(nodes, s.name)
+		}
+	}
+	for _, s := range svcs {
+		var err error
+		switch {
+		case !s.quorum:
+			err = s.stop(ctx)
+		case s.name == nodes[0]:
+			err = r.stopPIDServices(ctx, nodes...)
+		}
+		if err != nil {
 			return err
 		}
 	}
