@@ -70,9 +70,24 @@ type world struct {
 	qd  *qdrant.Client
 }
 
-func newWorld(t *testing.T, partitions int) *world {
+// worldOption changes how newWorld sets a world up.
+type worldOption func(*worldSetup)
+
+// worldSetup is what a worldOption may change: the brokers (by default the
+// single broker of testenv.Brokers) and the topic's replication and configs.
+type worldSetup struct {
+	brokers     func(testing.TB) []string
+	replication int16
+	topicConfig map[string]*string
+}
+
+func newWorld(t *testing.T, partitions int, opts ...worldOption) *world {
 	t.Helper()
-	brokers := testenv.Brokers(t)
+	setup := worldSetup{brokers: testenv.Brokers, replication: 1}
+	for _, o := range opts {
+		o(&setup)
+	}
+	brokers := setup.brokers(t)
 	dsn := testenv.PostgresDSN(t)
 	neoURI := testenv.Neo4jURI(t)
 	qdAddr := testenv.QdrantAddr(t)
@@ -89,7 +104,7 @@ func newWorld(t *testing.T, partitions int) *world {
 		t.Fatal(err)
 	}
 	w.adm = kadm.NewClient(w.kcl)
-	if _, err := w.adm.CreateTopic(ctx, int32(partitions), 1, nil, w.topic); err != nil {
+	if _, err := w.adm.CreateTopic(ctx, int32(partitions), setup.replication, setup.topicConfig, w.topic); err != nil {
 		t.Fatalf("create topic: %v", err)
 	}
 	w.pg, err = pgxpool.New(ctx, dsn)
