@@ -25,7 +25,6 @@ import (
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/projector/projector/internal/project"
 )
@@ -211,39 +210,16 @@ func (s *Store) Apply(ctx context.Context, w *project.Write) error {
 	if len(w.Live) == 0 && len(w.Withdrawn) == 0 {
 		return nil
 	}
-	filter := obsolete(w)
-	if w.Exact {
-		filter = others(w)
-	}
-	if err := s.deletePoints(ctx, filter); err != nil {
+	selector := appendDeleteFilter(nil, func(b []byte) []byte {
+		if w.Exact {
+			return appendOthers(b, w)
+		}
+		return appendObsolete(b, w)
+	})
+	if err := s.deleteSelected(ctx, selector); err != nil {
 		return fmt.Errorf("delete other points: %w", err)
 	}
 	return nil
-}
-
-// others is the filter of every point of w's documents that w does not
-// write: an exact write's removals.
-func others(w *project.Write) *qdrant.Filter {
-	should := make([]*qdrant.Condition, 0, len(w.Live)+1)
-	for _, d := range w.Live {
-		f := &qdrant.Filter{Must: []*qdrant.Condition{qdrant.NewMatchKeyword("document_key", d.Key)}}
-		if len(d.Chunks) > 0 {
-			keep := make([]*qdrant.PointId, len(d.Chunks))
-			for i, c := range d.Chunks {
-				keep[i] = qdrant.NewIDUUID(c.ID.String())
-			}
-			f.MustNot = []*qdrant.Condition{qdrant.NewHasID(keep...)}
-		}
-		should = append(should, qdrant.NewFilterAsCondition(f))
-	}
-	if len(w.Withdrawn) > 0 {
-		keys := make([]string, len(w.Withdrawn))
-		for i, d := range w.Withdrawn {
-			keys[i] = d.Key
-		}
-		should = append(should, qdrant.NewMatchKeywords("document_key", keys...))
-	}
-	return &qdrant.Filter{Should: should}
 }
 
 // The payload fields of a point's event position. Two positions are of
@@ -265,79 +241,14 @@ func topicID(pos project.Position) string {
 	return uuid.UUID(pos.TopicID).String()
 }
 
-// replaceable is the condition on a stored point that a write of the event
-// at pos may replace it: the point's event is at or before pos in the same
-// log, or not ordered with it (no position stored, another topic or
-// partition). nil when pos is unknown: any point may be replaced, as
-// before positions were stored.
-func replaceable(pos project.Position) *qdrant.Condition {
-	if pos.Topic == "" {
-		return nil
-	}
-	should := []*qdrant.Condition{
-		qdrant.NewIsEmpty(fieldOffset),
-		qdrant.NewFilterAsCondition(&qdrant.Filter{MustNot: []*qdrant.Condition{qdrant.NewMatchKeyword(fieldTopic, pos.Topic)}}),
-		qdrant.NewFilterAsCondition(&qdrant.Filter{MustNot: []*qdrant.Condition{qdrant.NewMatchInt(fieldPartition, int64(pos.Partition))}}),
-		qdrant.NewRange(fieldOffset, &qdrant.Range{Lte: qdrant.PtrOf(float64(pos.Offset))}),
-	}
-	if id := topicID(pos); id != "" {
-		// Another incarnation of the topic: not ordered.
-		should = append(should, qdrant.NewFilterAsCondition(&qdrant.Filter{MustNot: []*qdrant.Condition{
-			qdrant.NewIsEmpty(fieldTopicID), qdrant.NewMatchKeyword(fieldTopicID, id),
-		}}))
-	}
-	return qdrant.NewFilterAsCondition(&qdrant.Filter{Should: should})
-}
-
-func (s *Store) deletePoints(ctx context.Context, filter *qdrant.Filter) error {
-	_, err := s.client.Delete(ctx, &qdrant.DeletePoints{
-		CollectionName: s.cfg.Collection, Points: qdrant.NewPointsSelectorFilter(filter), Wait: qdrant.PtrOf(true),
-	})
+// deleteSelected deletes the points of selector, a DeletePoints' points
+// field encoded (appendDeleteFilter).
+func (s *Store) deleteSelected(ctx context.Context, selector []byte) error {
+	call := &qdrant.DeletePoints{CollectionName: s.cfg.Collection, Wait: qdrant.PtrOf(true)}
+	call.ProtoReflect().SetUnknown(selector)
+	_, err := s.client.GetPointsClient().Delete(ctx, call)
 	return classify(ctx, err)
 }
-
-// obsolete is the filter of the points w makes obsolete: per version
-// written, its documents' older versions; per document, its points of the
-// written version, from the written event or an earlier one, that the
-// write does not hold (a later event's points of the same version are
-// not this write's to remove); per withdrawal version, its documents'
-// versions up to it.
-func obsolete(w *project.Write) *qdrant.Filter {
-	live, withdrawn := map[int64][]string{}, map[int64][]string{}
-	var should []*qdrant.Condition
-	for _, d := range w.Live {
-		live[d.Version] = append(live[d.Version], d.Key)
-		same := &qdrant.Filter{Must: []*qdrant.Condition{qdrant.NewMatchKeyword("document_key", d.Key), qdrant.NewMatchInt("version", d.Version)}}
-		if c := replaceable(d.Position); c != nil {
-			same.Must = append(same.Must, c)
-		}
-		if len(d.Chunks) > 0 {
-			keep := make([]*qdrant.PointId, len(d.Chunks))
-			for i, c := range d.Chunks {
-				keep[i] = qdrant.NewIDUUID(c.ID.String())
-			}
-			same.MustNot = []*qdrant.Condition{qdrant.NewHasID(keep...)}
-		}
-		should = append(should, qdrant.NewFilterAsCondition(same))
-	}
-	for _, d := range w.Withdrawn {
-		withdrawn[d.Version] = append(withdrawn[d.Version], d.Key)
-	}
-	clause := func(keys []string, conds ...*qdrant.Condition) *qdrant.Condition {
-		return qdrant.NewFilterAsCondition(&qdrant.Filter{Must: append([]*qdrant.Condition{qdrant.NewMatchKeywords("document_key", keys...)}, conds...)})
-	}
-	for v, keys := range live {
-		should = append(should, clause(keys, versionRange(&qdrant.Range{Lt: version(v)})))
-	}
-	for v, keys := range withdrawn {
-		should = append(should, clause(keys, versionRange(&qdrant.Range{Lte: version(v)})))
-	}
-	return &qdrant.Filter{Should: should}
-}
-
-func versionRange(r *qdrant.Range) *qdrant.Condition { return qdrant.NewRange("version", r) }
-
-func version(v int64) *float64 { return qdrant.PtrOf(float64(v)) }
 
 // upsert upserts the points of w.Live. It returns when every call it
 // started has ended.
@@ -352,15 +263,16 @@ func (s *Store) upsert(ctx context.Context, w *project.Write) error {
 	count := 0
 	size := upsertOverhead + len(s.cfg.Collection)
 	// replace holds, per document of the call, the condition on its stored
-	// points that they may be replaced.
-	var replace []*qdrant.Condition
+	// points that they may be replaced: the shoulds of the call's
+	// update_filter, encoded.
+	var replace []byte
 	flush := func() {
 		if count == 0 {
 			return
 		}
 		call := &qdrant.UpsertPoints{CollectionName: s.cfg.Collection, Wait: qdrant.PtrOf(true)}
 		if !w.Exact {
-			call.UpdateFilter = &qdrant.Filter{Should: replace}
+			points = appendUpdateFilter(points, replace)
 		}
 		call.ProtoReflect().SetUnknown(points)
 		points, count, replace = nil, 0, nil
@@ -378,15 +290,14 @@ func (s *Store) upsert(ctx context.Context, w *project.Write) error {
 			_ = g.Wait()
 			return err
 		}
-		docReplace := qdrant.NewFilterAsCondition(&qdrant.Filter{Must: []*qdrant.Condition{qdrant.NewMatchKeyword("document_key", d.Key)}})
-		if c := replaceable(d.Position); c != nil {
-			docReplace = qdrant.NewFilterAsCondition(&qdrant.Filter{Must: []*qdrant.Condition{qdrant.NewMatchKeyword("document_key", d.Key), c}})
-		}
 		// The condition goes into every call that holds a point of the
-		// document, and counts against UpsertMaxBytes there.
-		replaceBytes := proto.Size(docReplace) + 8 // with the field's tag and length
-		if w.Exact {
-			replaceBytes = 0 // an exact write sends no update_filter
+		// document, and counts against UpsertMaxBytes there (with up to 8
+		// bytes of the update_filter's tag and length).
+		var docReplace []byte
+		replaceBytes := 0 // an exact write sends no update_filter
+		if !w.Exact {
+			docReplace = appendDocReplace(nil, &d)
+			replaceBytes = len(docReplace) + 8
 		}
 		inCall := false
 		for _, c := range d.Chunks {
@@ -415,7 +326,7 @@ func (s *Store) upsert(ctx context.Context, w *project.Write) error {
 				inCall, need = false, n+replaceBytes
 			}
 			if !inCall {
-				replace = append(replace, docReplace)
+				replace = append(replace, docReplace...)
 				inCall = true
 			}
 			count++

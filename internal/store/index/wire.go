@@ -5,6 +5,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/google/uuid"
 	"github.com/qdrant/go-client/qdrant"
 	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
@@ -118,8 +119,7 @@ func (w *documentWire) appendPoint(b []byte, c *project.Chunk) ([]byte, error) {
 		}
 		metadata = appendStructValue(nil, fields)
 	}
-	id := c.ID.String()
-	idSize := protowire.SizeTag(pointIDUUID) + protowire.SizeBytes(len(id))
+	idSize := pointIDSize
 	payloadSize := len(w.shared) + intEntrySize("ordinal", int64(c.Ordinal)) + stringEntrySize("text", c.Text) + entrySize("metadata", len(metadata))
 	dense := 0
 	if len(c.Vector) > 0 {
@@ -132,10 +132,7 @@ func (w *documentWire) appendPoint(b []byte, c *project.Chunk) ([]byte, error) {
 	b = slices.Grow(b, protowire.SizeTag(upsertPointsPoints)+protowire.SizeBytes(point))
 	b = protowire.AppendTag(b, upsertPointsPoints, protowire.BytesType)
 	b = protowire.AppendVarint(b, uint64(point))
-	b = protowire.AppendTag(b, pointID, protowire.BytesType)
-	b = protowire.AppendVarint(b, uint64(idSize))
-	b = protowire.AppendTag(b, pointIDUUID, protowire.BytesType)
-	b = protowire.AppendString(b, id)
+	b = appendPointID(b, pointID, c.ID)
 	b = append(b, w.shared...)
 	b = appendIntEntry(b, "ordinal", int64(c.Ordinal))
 	b = appendStringEntry(b, "text", c.Text)
@@ -154,6 +151,31 @@ func (w *documentWire) appendPoint(b []byte, c *project.Chunk) ([]byte, error) {
 		}
 	}
 	return b, nil
+}
+
+const (
+	// uuidTextSize is the length of a UUID's text form.
+	uuidTextSize = 36
+	// pointIDSize is the size of a PointId holding a UUID in its text
+	// form: the uuid field's one-byte tag and length, then the text.
+	pointIDSize = 2 + uuidTextSize
+)
+
+// appendPointID appends field num holding the PointId of id, its text
+// form written in place (uuid.UUID.String allocates).
+func appendPointID(b []byte, num protowire.Number, id uuid.UUID) []byte {
+	b = protowire.AppendTag(b, num, protowire.BytesType)
+	b = protowire.AppendVarint(b, uint64(pointIDSize))
+	b = protowire.AppendTag(b, pointIDUUID, protowire.BytesType)
+	b = protowire.AppendVarint(b, uuidTextSize)
+	const digits = "0123456789abcdef"
+	for i, x := range id {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			b = append(b, '-')
+		}
+		b = append(b, digits[x>>4], digits[x&0xf])
+	}
+	return b
 }
 
 // appendField appends the field k of a metadata Struct, its value v a JSON
