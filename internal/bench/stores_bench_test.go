@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"testing"
 	"time"
@@ -116,14 +117,23 @@ func runVariants(b *testing.B, prefix string, writers int, load workload, server
 	spent := make([]time.Duration, len(variants))
 	serverPID, serverErr := readPID(filepath.Join("..", "..", ".services", server))
 	selfCPU, serverCPU := make([]time.Duration, len(variants)), make([]time.Duration, len(variants))
+	// cpu adds (sign 1) or takes away (sign -1) the CPU spent so far by the
+	// benchmark and the server, reading the server's outside the
+	// benchmark's window: walking /proc costs the benchmark CPU too.
 	cpu := func(v int, sign time.Duration) {
-		if t, err := cpuOf(os.Getpid()); err == nil {
-			selfCPU[v] += sign * t
-		}
-		if serverErr == nil {
-			if t, err := cpuOf(serverPID); err == nil {
-				serverCPU[v] += sign * t
+		server := func() {
+			if serverErr == nil {
+				if t, err := cpuOf(serverPID); err == nil {
+					serverCPU[v] += sign * t
+				}
 			}
+		}
+		if sign < 0 {
+			server()
+		}
+		selfCPU[v] += sign * testenv.ProcessCPU()
+		if sign > 0 {
+			server()
 		}
 	}
 	var chunks int
@@ -156,6 +166,9 @@ func runVariants(b *testing.B, prefix string, writers int, load workload, server
 				}
 			}
 		}
+		// The setup's garbage is collected before the timed writes, so the
+		// client's CPU counts the writes' own.
+		runtime.GC()
 		b.StartTimer()
 		for j := range rounds {
 			for k := range variants {

@@ -12,15 +12,16 @@ import (
 // a store measures mostly the server's time; this is the share of the
 // machine the client's side of the call takes.
 func ReportCPU(b *testing.B) {
-	start := processCPU()
+	start := ProcessCPU()
 	b.Cleanup(func() {
 		if b.N > 0 {
-			b.ReportMetric(float64((processCPU()-start).Microseconds())/float64(b.N), "client-µs/op")
+			b.ReportMetric(float64((ProcessCPU()-start).Microseconds())/float64(b.N), "client-µs/op")
 		}
 	})
 }
 
-func processCPU() time.Duration {
+// ProcessCPU is the CPU time the process has spent so far, every thread.
+func ProcessCPU() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0
