@@ -241,7 +241,7 @@ func TestRedriveTombstoneAfterRevival(t *testing.T) {
 	// Replay is a normal path: from the start and from X v2, every event
 	// is read after the one that last changed X, and changes nothing.
 	for _, to := range []string{"earliest", "2"} {
-		if stdout, stderr, code := w.replay("--to", to); code != 0 {
+		if stdout, stderr, code := w.replay("--to", to, "--execute"); code != 0 {
 			t.Fatalf("replay --to %s = exit %d: %s%s", to, code, stdout, stderr)
 		}
 		p := w.start(nil)

@@ -20,6 +20,7 @@ import (
 	"github.com/projector/projector/internal/event"
 	"github.com/projector/projector/internal/fault"
 	"github.com/projector/projector/internal/reconcile"
+	"github.com/projector/projector/internal/replay"
 	"github.com/projector/projector/internal/store/postgres"
 )
 
@@ -191,14 +192,14 @@ const minLeaseTTL = time.Second
 // stores' version guards keep the repair's writes from taking a document
 // back. It says how many live members of --group will wait.
 func (f *reconcileFlags) takeRepairLease(ctx context.Context, log *zap.Logger, st *stores, faults *fault.Injector) (*postgres.Lease, error) {
-	if adm, err := newAdmin(&f.kafka, log, "projector-reconcile"); err == nil {
+	if adm, err := adminOf(&f.kafka, log, "projector-reconcile"); err == nil {
 		// Only for the log line: a Kafka that does not answer soon does
 		// not hold the repair up.
 		askCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		n, err := liveMembers(askCtx, adm, f.group)
+		members, err := replay.Members(askCtx, adm, f.group)
 		cancel()
-		if err == nil && n > 0 {
-			log.Info("consumer group has live members: their relational writes wait until the repair ends", zap.String("group", f.group), zap.Int("members", n))
+		if err == nil && len(members) > 0 {
+			log.Info("consumer group has live members: their relational writes wait until the repair ends", zap.String("group", f.group), zap.Int("members", len(members)))
 		}
 		adm.Close()
 	}
