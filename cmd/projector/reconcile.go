@@ -42,6 +42,7 @@ type reconcileFlags struct {
 	progressEvery    int
 	jsonOutput       bool
 	maxDiscrepancies int64
+	failOnFindings   bool
 	maxUnknown       int
 	repair           bool
 	deleteOrphans    bool
@@ -70,6 +71,7 @@ func (f *reconcileFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.jsonOutput, "json", false, "print JSON lines (one object per discrepancy, then a summary object) instead of a table")
 	fs.IntVar(&f.maxUnknown, "max-unknown", 100000, "unknown documents one store's scan reports before it stops, to bound memory (reported keys are remembered; --delete-orphans remembers none and has no bound)")
 	fs.Int64Var(&f.maxDiscrepancies, "max-discrepancies", 0, "exit with status 3 when more discrepancies than this are left unresolved")
+	fs.BoolVar(&f.failOnFindings, "fail-on-discrepancies", true, "exit with status 3 past --max-discrepancies; false: exit 0 once the report is written and pushed, for a scheduled job whose findings the alert ProjectorReconcileDiscrepancies reports (a failed Job would page beside it)")
 	fs.BoolVar(&f.repair, "repair", false, "re-project missing, skewed and withdrawn-but-present documents from the relational copy, in the write order")
 	fs.BoolVar(&f.deleteOrphans, "delete-orphans", false, "also remove orphans: re-project live documents holding foreign chunks, delete the chunks of unknown documents")
 	fs.DurationVar(&f.leaseTTL, "repair-lease-ttl", 30*time.Second, "how long the repair lease of --repair and --delete-orphans outlives its last renewal (renewed every third of it): run's writes wait that long at most for a repair that died")
@@ -176,7 +178,7 @@ func reconcileCommand(ctx context.Context, args []string, e env) error {
 	if err := f.push.push(ctx, sum.Registry(rec.StoreNames())); err != nil {
 		return err
 	}
-	if n := sum.Unresolved(); n > f.maxDiscrepancies {
+	if n := sum.Unresolved(); n > f.maxDiscrepancies && f.failOnFindings {
 		return &exitError{code: exitDiscrepancies, err: fmt.Errorf("%d unresolved discrepancies, more than --max-discrepancies %d", n, f.maxDiscrepancies)}
 	}
 	return nil
