@@ -241,6 +241,10 @@ func TestDocsVariablesExist(t *testing.T) {
 			for _, v := range variable.FindAllString(line, -1) {
 				seen++
 				example := v == "PROJECTOR_SOME_NAME" // the naming rule's own example
+				for _, old := range renamedVariables {
+					_, renamed := old[v] // an upgrade note's old name
+					example = example || renamed
+				}
 				notFlag := slices.ContainsFunc(notFlagPrefixes, func(p string) bool { return strings.HasPrefix(v+"_", p) })
 				if !known[v] && !example && !notFlag {
 					t.Errorf("%s:%d: %s is read by no flag of any command", file, i+1, v)

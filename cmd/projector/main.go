@@ -169,5 +169,6 @@ func usage(w io.Writer) {
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-13s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintln(w, "\nEvery flag --some-name can also be set as PROJECTOR_SOME_NAME; `projector <command> -h` lists the flags.")
+	fmt.Fprintln(w, "\nEvery flag --some-name can also be set as PROJECTOR_SOME_NAME, but for a few flags whose name another command uses")
+	fmt.Fprintln(w, "with another meaning, which read PROJECTOR_<COMMAND>_SOME_NAME; `projector <command> -h` lists the flags, each with its variable.")
 }
