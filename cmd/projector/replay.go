@@ -170,6 +170,8 @@ func printPlan(w io.Writer, plan replay.Plan, wait time.Duration) {
 	switch {
 	case reread == 0:
 		docs = "no document"
+	case plan.Counted == 0:
+		docs = "documents not counted (--count-documents 0)"
 	case plan.Counted < reread:
 		docs = fmt.Sprintf("at least %d documents (counted in the first %d records; --count-documents)", plan.Documents, plan.Counted)
 	}
