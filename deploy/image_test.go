@@ -97,7 +97,7 @@ func TestDockerfile(t *testing.T) {
 		t.Errorf("build stage from %s, want golang:1.26", build.from)
 	}
 	compile := strings.Join(build.all("RUN"), "\n")
-	for _, want := range []string{"CGO_ENABLED=0", "-trimpath", `-ldflags "-s -w `, "buildinfo.version=${VERSION}", "buildinfo.revision=${REVISION}", "./cmd/projector", "--mount=type=cache,target=/go/pkg/mod"} {
+	for _, want := range []string{"CGO_ENABLED=0", "-trimpath", `-ldflags "-s -w `, "buildinfo.version=${version}", `version="${VERSION:-v$(cat VERSION)}"`, "buildinfo.revision=${REVISION}", "./cmd/projector", "--mount=type=cache,target=/go/pkg/mod"} {
 		if !strings.Contains(compile, want) {
 			t.Errorf("build stage RUN lacks %s:\n%s", want, compile)
 		}

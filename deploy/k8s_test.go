@@ -10,6 +10,10 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	k8syaml "sigs.k8s.io/yaml"
 )
 
 // manifest is the part of a Kubernetes object the tests read; each kind
@@ -36,6 +40,7 @@ type manifest struct {
 		} `yaml:"endpoints"` // ServiceMonitor
 		Schedule          string `yaml:"schedule"`          // CronJob
 		ConcurrencyPolicy string `yaml:"concurrencyPolicy"` // CronJob
+		BackoffLimit      *int   `yaml:"backoffLimit"`      // Job
 		TimeZone          string `yaml:"timeZone"`          // CronJob
 		JobTemplate       struct {
 			Spec struct {
@@ -54,6 +59,11 @@ type manifest struct {
 		} `yaml:"jobTemplate"` // CronJob
 	} `yaml:"spec"`
 	Resources []string `yaml:"resources"` // Kustomization
+	Images    []struct {
+		Name    string `yaml:"name"`
+		NewTag  string `yaml:"newTag"`
+		NewName string `yaml:"newName"`
+	} `yaml:"images"` // Kustomization
 }
 
 type podTemplate struct {
@@ -85,11 +95,19 @@ type podSpec struct {
 		RunAsNonRoot bool `yaml:"runAsNonRoot"`
 		RunAsUser    int  `yaml:"runAsUser"`
 	} `yaml:"securityContext"`
-	Containers    []container `yaml:"containers"`
-	RestartPolicy string      `yaml:"restartPolicy"`
+	InitContainers []container `yaml:"initContainers"`
+	Containers     []container `yaml:"containers"`
+	RestartPolicy  string      `yaml:"restartPolicy"`
+	// TopologySpreadConstraints spread the members over nodes and zones.
+	TopologySpreadConstraints []struct {
+		TopologyKey string `yaml:"topologyKey"`
+		MaxSkew     int    `yaml:"maxSkew"`
+	} `yaml:"topologySpreadConstraints"`
 }
 
 type container struct {
+	Name  string `yaml:"name"`
+	Image string `yaml:"image"`
 	Ports []struct {
 		Name          string `yaml:"name"`
 		ContainerPort int    `yaml:"containerPort"`
@@ -324,9 +342,10 @@ func TestKubernetesCronJobs(t *testing.T) {
 	for _, tt := range []struct {
 		name, command string
 		// final are the exit statuses no retry can change: a usage
-		// error, and for reconcile the discrepancies it reports.
+		// error, and a push that failed after the work was done, which a
+		// rerun would repeat (issue 28).
 		final []int
-	}{{"projector-reconcile", "reconcile", []int{2, 3}}, {"projector-ledger-prune", "ledger-prune", []int{2}}} {
+	}{{"projector-reconcile", "reconcile", []int{2, 6}}, {"projector-ledger-prune", "ledger-prune", []int{2, 6}}} {
 		cj, ok := ms["CronJob/"+tt.name]
 		if !ok {
 			t.Errorf("no CronJob %s", tt.name)
@@ -337,9 +356,15 @@ func TestKubernetesCronJobs(t *testing.T) {
 		if len(c.Args) == 0 || c.Args[0] != tt.command || !slices.Contains(c.Args, "--push-url") {
 			t.Errorf("CronJob %s runs %q, want projector %s with --push-url", tt.name, c.Args, tt.command)
 		}
+		// Findings are the alert's: a reconcile that found some must not
+		// fail its Job, or KubeJobFailed pages beside it (issue 28).
+		if tt.command == "reconcile" && !slices.Contains(c.Args, "--fail-on-discrepancies=false") {
+			t.Errorf("CronJob %s runs %q: its findings fail the Job; want --fail-on-discrepancies=false", tt.name, c.Args)
+		}
 		flags := flagsOf(t, tt.command)
 		for _, a := range c.Args[1:] {
 			if name, ok := strings.CutPrefix(a, "--"); ok {
+				name, _, _ = strings.Cut(name, "=")
 				if _, known := flags[name]; !known {
 					t.Errorf("CronJob %s passes %s, which is no flag of projector %s", tt.name, a, tt.command)
 				}
@@ -371,7 +396,8 @@ func TestKubernetesCronJobs(t *testing.T) {
 }
 
 // TestKustomization requires kustomization.yaml to apply every manifest
-// but the example Secret.
+// but the example Secret and the replay Job, which an operator applies by
+// hand: `kubectl apply -k` must never reset the group.
 func TestKustomization(t *testing.T) {
 	var k manifest
 	readYAML(t, "k8s/kustomization.yaml", &k)
@@ -381,7 +407,7 @@ func TestKustomization(t *testing.T) {
 	}
 	want := map[string]bool{}
 	for _, f := range files {
-		if b := filepath.Base(f); b != "kustomization.yaml" && b != "secret.example.yaml" {
+		if b := filepath.Base(f); b != "kustomization.yaml" && b != "secret.example.yaml" && b != "job-replay.yaml" {
 			want[b] = true
 		}
 	}
@@ -416,4 +442,72 @@ func bytesOf(t *testing.T, q string) int64 {
 	}
 	t.Fatalf("quantity %q: want a number with Ki, Mi, Gi (or KiB, MiB, GiB)", q)
 	return 0
+}
+
+// TestKubernetesReplayJob requires the replay recipe's Job (README.md,
+// "Replay") to print the plan first, then reset the same way with
+// --execute, waiting longer than a stopped pod's static membership lasts,
+// once: a replay that failed is not run again by itself.
+func TestKubernetesReplayJob(t *testing.T) {
+	b, err := os.ReadFile("k8s/job-replay.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var job batchv1.Job
+	if err := k8syaml.UnmarshalStrict(b, &job); err != nil {
+		t.Fatalf("job-replay.yaml: %v", err)
+	}
+	pod := job.Spec.Template.Spec
+	if job.Spec.BackoffLimit == nil || *job.Spec.BackoffLimit != 0 || pod.RestartPolicy != corev1.RestartPolicyNever {
+		t.Errorf("backoffLimit %v, restartPolicy %s; want 0 and Never", job.Spec.BackoffLimit, pod.RestartPolicy)
+	}
+	if len(pod.InitContainers) != 1 || len(pod.Containers) != 1 {
+		t.Fatalf("%d init containers and %d containers, want the plan and the reset", len(pod.InitContainers), len(pod.Containers))
+	}
+	plan, reset := pod.InitContainers[0].Args, pod.Containers[0].Args
+	if len(plan) == 0 || plan[0] != "replay" || slices.Contains(plan, "--execute") {
+		t.Errorf("the plan runs %q, want replay without --execute", plan)
+	}
+	i := slices.Index(reset, "--wait")
+	if len(reset) == 0 || reset[0] != "replay" || !slices.Contains(reset, "--execute") || i < 0 || i+1 >= len(reset) {
+		t.Fatalf("the reset runs %q, want replay --execute --wait <duration>", reset)
+	}
+	if wait, err := time.ParseDuration(reset[i+1]); err != nil || wait <= 45*time.Second {
+		t.Errorf("the reset waits %s (%v), want longer than the pods' 45 s session timeout", reset[i+1], err)
+	}
+	flags := flagsOf(t, "replay")
+	for _, args := range [][]string{plan, reset} {
+		for _, a := range args[1:] {
+			if name, ok := strings.CutPrefix(a, "--"); ok {
+				if _, known := flags[name]; !known {
+					t.Errorf("the Job passes %s, which is no flag of projector replay", a)
+				}
+			}
+		}
+	}
+	to := func(args []string) string { return args[slices.Index(args, "--to")+1] }
+	if slices.Index(plan, "--to") < 0 || slices.Index(reset, "--to") < 0 || to(plan) != to(reset) {
+		t.Errorf("the plan runs %q and the reset %q, want the same --to", plan, reset)
+	}
+	for _, c := range append(pod.InitContainers, pod.Containers...) {
+		if len(c.EnvFrom) != 2 || c.EnvFrom[0].ConfigMapRef == nil || c.EnvFrom[1].SecretRef == nil {
+			t.Errorf("container %s does not load the projector's ConfigMap and Secret", c.Name)
+		}
+	}
+}
+
+// Issue 28: nothing kept the members apart, so one node's failure could
+// take them all. The StatefulSet spreads them over nodes and zones.
+func TestKubernetesSpreadsMembers(t *testing.T) {
+	var keys []string
+	for _, c := range readManifests(t)["StatefulSet"].Spec.Template.Spec.TopologySpreadConstraints {
+		if c.MaxSkew == 1 {
+			keys = append(keys, c.TopologyKey)
+		}
+	}
+	for _, want := range []string{"kubernetes.io/hostname", "topology.kubernetes.io/zone"} {
+		if !slices.Contains(keys, want) {
+			t.Errorf("the StatefulSet spreads its pods over %v, want %s with maxSkew 1", keys, want)
+		}
+	}
 }

@@ -36,6 +36,7 @@ func TestPromtool(t *testing.T) {
 		{"prometheus config", []string{"check", "config", "prometheus.yml"}},
 		{"alert rule tests", []string{"test", "rules", "alerts_test.yml"}},
 		{"daily alert rule tests", []string{"test", "rules", "alerts_daily_test.yml"}},
+		{"incident tests", []string{"test", "rules", "alerts_incident_test.yml"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

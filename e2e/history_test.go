@@ -208,7 +208,7 @@ func (w *world) checkReplayConverges(policy string) {
 		return
 	}
 	before := w.snapshot()
-	if stdout, stderr, code := w.replay("--to", "earliest"); code != 0 {
+	if stdout, stderr, code := w.replay("--to", "earliest", "--execute"); code != 0 {
 		w.t.Fatalf("replay --to earliest = exit %d: %s%s", code, stdout, stderr)
 	}
 	p := w.start(nil, "--on-conflict", policy, "--batch-records", "40")

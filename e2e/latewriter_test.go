@@ -192,7 +192,7 @@ func TestFrozenMembers(t *testing.T) {
 	w.checkStores(m)
 
 	before := w.snapshot()
-	if stdout, stderr, code := w.replay("--to", "earliest"); code != 0 {
+	if stdout, stderr, code := w.replay("--to", "earliest", "--execute"); code != 0 {
 		t.Fatalf("replay --to earliest = exit %d: %s%s", code, stdout, stderr)
 	}
 	p := w.start(nil, args...)

@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -360,27 +359,12 @@ type query struct {
 func queries(t *testing.T) []query {
 	t.Helper()
 	var out []query
-	b, err := os.ReadFile("../deploy/grafana/dashboards/projector.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dash struct {
-		Panels []struct {
-			Title   string `json:"title"`
-			Targets []struct {
-				Expr string `json:"expr"`
-			} `json:"targets"`
-		} `json:"panels"`
-	}
-	if err := json.Unmarshal(b, &dash); err != nil {
-		t.Fatalf("projector.json: %v", err)
-	}
-	for _, p := range dash.Panels {
-		for _, tg := range p.Targets {
-			out = append(out, query{"panel " + p.Title, tg.Expr})
+	for _, p := range dashboardPanels(t) {
+		for _, e := range p.exprs {
+			out = append(out, query{"panel " + p.title, e})
 		}
 	}
-	b, err = os.ReadFile("../deploy/alerts.yml")
+	b, err := os.ReadFile("../deploy/alerts.yml")
 	if err != nil {
 		t.Fatal(err)
 	}

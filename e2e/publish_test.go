@@ -42,7 +42,7 @@ func TestPublishCreatesTopicOnlyWhenAsked(t *testing.T) {
 	if exists() {
 		t.Fatalf("publish without --create-topic created %s", missing)
 	}
-	if out, err := publish("--create-topic", "--partitions", "2"); err != nil {
+	if out, err := publish("--create-topic", "--topic-partitions", "2"); err != nil {
 		t.Fatalf("publish --create-topic: %v\n%s", err, out)
 	}
 	// The broker's metadata of a new topic may lag its creation.

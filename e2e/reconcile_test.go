@@ -307,6 +307,11 @@ func TestReconcile(t *testing.T) {
 			if got := r.brief(w.prefix); fmt.Sprint(got) != fmt.Sprint(tt.want) || r.code != 3 || r.summary.Unresolved != int64(len(tt.want)) {
 				t.Fatalf("reconcile = exit %d, %v (%d unresolved); want exit 3, %v\nstderr: %s", r.code, got, r.summary.Unresolved, tt.want, r.stderr)
 			}
+			// The CronJob's run reports the same and succeeds, so that only
+			// ProjectorReconcileDiscrepancies says so, not a failed Job too.
+			if r := w.reconcile("--fail-on-discrepancies=false"); fmt.Sprint(r.brief(w.prefix)) != fmt.Sprint(tt.want) || r.code != 0 {
+				t.Errorf("reconcile --fail-on-discrepancies=false = exit %d, %v; want exit 0, %v", r.code, r.brief(w.prefix), tt.want)
+			}
 			if tt.fix != "--repair" || tt.unresolved != nil {
 				r := w.reconcile("--repair")
 				if got := r.brief(w.prefix); fmt.Sprint(got) != fmt.Sprint(tt.unresolved) || r.code != 3 {

@@ -83,6 +83,20 @@ func TestRedrive(t *testing.T) {
 	}
 	p.stop()
 
+	// Issue 28: in a group shared by two reasons, a letter of the second
+	// before the last one the first sent was passed, and never sent.
+	shared := "--group=" + w.group + ".shared"
+	if out := redrive(shared, "--reason", "not_json"); !strings.Contains(out, "sent 1 of 3 dead letters") {
+		t.Errorf("not_json in a shared group printed %q, want 1 of 3 sent", out)
+	}
+	if out := redrive(shared, "--reason", "too_many_chunks"); !strings.Contains(out, "sent 1 of 3 dead letters") {
+		t.Errorf("too_many_chunks after not_json in the shared group printed %q, want its letter, before not_json's, sent", out)
+	}
+	if out := redrive(shared, "--reason", "not_json,too_many_chunks"); !strings.Contains(out, "sent 0 of 3 dead letters") ||
+		!strings.Contains(out, "passed 2 selected dead letters that an earlier redrive of the group sent") {
+		t.Errorf("both reasons in the shared group printed %q, want nothing sent twice", out)
+	}
+
 	// What was sent back is the original record: its key, value and the
 	// producer's headers, none of the projector's, and where it came from.
 	var sent *kgo.Record
@@ -241,7 +255,7 @@ func TestRedriveTombstoneAfterRevival(t *testing.T) {
 	// Replay is a normal path: from the start and from X v2, every event
 	// is read after the one that last changed X, and changes nothing.
 	for _, to := range []string{"earliest", "2"} {
-		if stdout, stderr, code := w.replay("--to", to); code != 0 {
+		if stdout, stderr, code := w.replay("--to", to, "--execute"); code != 0 {
 			t.Fatalf("replay --to %s = exit %d: %s%s", to, code, stdout, stderr)
 		}
 		p := w.start(nil)

@@ -49,14 +49,28 @@ func TestReplayFromEarliestConverges(t *testing.T) {
 	before := w.snapshot()
 	ends := w.groupOffsets()
 
+	// Without --execute, the plan, and nothing changed (issue 28).
+	keys := map[string]bool{}
+	for _, d := range docs {
+		keys[d.Key] = true
+	}
 	stdout, stderr, code := w.replay("--to", "earliest")
+	if code != 0 || !strings.Contains(stdout, "plan: reset the offsets of group "+w.group) ||
+		!strings.Contains(stdout, "nothing changed: run again with --execute") ||
+		!strings.Contains(stdout, fmt.Sprintf("the group reads %d records again, of %d documents", len(docs), len(keys))) {
+		t.Fatalf("replay --to earliest = exit %d:\n%s%s\nwant exit 0, the plan and nothing changed", code, stdout, stderr)
+	}
+	if got := w.groupOffsets(); fmt.Sprint(got) != fmt.Sprint(ends) {
+		t.Fatalf("committed after replay without --execute = %v, want %v as before", got, ends)
+	}
+	stdout, stderr, code = w.replay("--to", "earliest", "--execute")
 	if code != 0 {
-		t.Fatalf("replay --to earliest = exit %d: %s%s", code, stdout, stderr)
+		t.Fatalf("replay --to earliest --execute = exit %d: %s%s", code, stdout, stderr)
 	}
 	for part, end := range ends {
 		row := fmt.Sprintf("%d  %d  0", part, end)
 		if !strings.Contains(strings.Join(strings.Fields(stdout), "  "), row) {
-			t.Errorf("replay output:\n%s\nwant a row %q (partition, before, after)", stdout, row)
+			t.Errorf("replay output:\n%s\nwant a row %q (partition, now, after)", stdout, row)
 		}
 	}
 	for part, at := range w.groupOffsets() {
@@ -78,7 +92,9 @@ func TestReplayFromEarliestConverges(t *testing.T) {
 }
 
 // TestReplayRefusesWithLiveMember: offsets of a group with members cannot
-// be reset under them; replay says so and changes nothing.
+// be reset under them; replay waits for them as long as --wait, says who
+// they are, and changes nothing: not the offsets, nor the member's hold
+// on its partitions.
 func TestReplayRefusesWithLiveMember(t *testing.T) {
 	w := newWorld(t, 2)
 	w.publishFile(lines([]doc{{Key: w.key("a"), Version: 1, Chunks: []string{"x"}}}))
@@ -86,38 +102,67 @@ func TestReplayRefusesWithLiveMember(t *testing.T) {
 	w.waitDrained(p, 2*time.Minute)
 	before := w.groupOffsets()
 	stdout, stderr, code := w.replay("--to", "earliest")
-	if code != 4 || !strings.Contains(stderr, "has 1 live member(s)") || !strings.Contains(stderr, "stop every `projector run`") {
-		t.Errorf("replay with a live member = exit %d, stderr %q; want exit 4 saying 1 live member must be stopped", code, stderr)
+	if code != 0 || !strings.Contains(stdout, "the group has 1 live member(s); --execute waits up to 1m0s") {
+		t.Errorf("replay plan with a live member = exit %d:\n%s%s\nwant the member it would wait for", code, stdout, stderr)
 	}
-	if stdout != "" {
-		t.Errorf("replay with a live member printed %q, want nothing on standard output", stdout)
+	stdout, stderr, code = w.replay("--to", "earliest", "--execute", "--wait", "3s")
+	if code != 4 || !strings.Contains(stderr, "has 1 live member(s)") || !strings.Contains(stderr, "stop every `projector run`") ||
+		!strings.Contains(stderr, "nothing was reset") {
+		t.Errorf("replay --execute with a live member = exit %d, stderr %q; want exit 4 saying 1 live member must be stopped", code, stderr)
+	}
+	if !strings.Contains(stdout, "waiting up to 3s for the group's members to leave") {
+		t.Errorf("replay --execute with a live member printed %q, want it to say it waits", stdout)
 	}
 	if got := w.groupOffsets(); fmt.Sprint(got) != fmt.Sprint(before) {
 		t.Errorf("committed offsets = %v after a refused replay, want %v", got, before)
 	}
+	m := p.metrics()
+	if got := m[`projector_partitions_owned{topic="`+w.topic+`"}`]; got != 2 {
+		t.Errorf("the live member owns %v partitions after the refused replay, want its 2", got)
+	}
 	p.stop()
 }
 
-// TestReplayRemovesStoppedStaticMembers: a static member (as the
+// TestReplayWaitsForStoppedStaticMembers: a static member (as the
 // StatefulSet runs them) sends no LeaveGroup when it stops, so right after
-// scaling to zero the group still has it for the session timeout. replay
-// names it and why; --remove-static-members removes it and resets at once.
-func TestReplayRemovesStoppedStaticMembers(t *testing.T) {
+// scaling to zero the group still has it, until its session times out.
+// replay --execute waits for that, and resets once the broker dropped it;
+// a static member still listed after its session timeout is running, and
+// replay neither removes it nor resets under it (issue 28:
+// --remove-static-members removed running members).
+func TestReplayWaitsForStoppedStaticMembers(t *testing.T) {
 	w := newWorld(t, 1)
 	w.produce(doc{Key: w.key("a"), Version: 1, Chunks: []string{"x"}}.record())
-	p := w.start(nil, "--group-instance-id", w.group+"-0", "--session-timeout", "5m")
+	static := []string{"--group-instance-id", w.group + "-0", "--session-timeout", "6s"}
+	p := w.start(nil, static...)
 	w.waitDrained(p, 2*time.Minute)
+
+	// Running: listed after its whole session timeout, so never removed.
+	before := w.groupOffsets()
+	_, stderr, code := w.replay("--to", "earliest", "--execute", "--wait", "10s")
+	if code != 4 || !strings.Contains(stderr, w.group+"-0 (static)") || !strings.Contains(stderr, "give --wait longer than that") {
+		t.Fatalf("replay --execute beside a running static member = exit %d, %q; want 4 naming it", code, stderr)
+	}
+	if got := w.groupOffsets(); fmt.Sprint(got) != fmt.Sprint(before) {
+		t.Errorf("committed = %v after a refused replay, want %v", got, before)
+	}
+	m := p.metrics()
+	if got := m[`projector_partition_revocations_total{how="lost",topic="`+w.topic+`"}`]; got != 0 {
+		t.Errorf("the running static member lost its partition %v times, want never", got)
+	}
+	if _, stderr, code := w.replay("--to", "earliest", "--execute", "--remove-static-members"); code != 2 || !strings.Contains(stderr, "--remove-static-members is gone") {
+		t.Errorf("--remove-static-members = exit %d, %q; want 2 saying it is gone", code, stderr)
+	}
+
+	// Stopped: the broker drops it when its session times out.
 	p.stop()
-	_, stderr, code := w.replay("--to", "earliest")
-	if code != 4 || !strings.Contains(stderr, "static (instance ids "+w.group+"-0)") || !strings.Contains(stderr, "--remove-static-members") {
-		t.Fatalf("replay after a static member stopped = exit %d, %q; want 4 naming the member and the way out", code, stderr)
+	stdout, _, code := w.replay("--to", "earliest")
+	if code != 0 || !strings.Contains(stdout, w.group+"-0 (static) on") || !strings.Contains(stdout, "leaves when its session times out") {
+		t.Errorf("replay plan after a static member stopped = exit %d:\n%s\nwant it named as the member waited for", code, stdout)
 	}
-	if _, stderr, code := w.replay("--to", "earliest", "--remove-static-members", "--dry-run"); code != 2 {
-		t.Errorf("--remove-static-members with --dry-run = exit %d, %q; want 2", code, stderr)
-	}
-	stdout, stderr, code := w.replay("--to", "earliest", "--remove-static-members")
-	if code != 0 || !strings.Contains(stdout, "removed the static member(s) "+w.group+"-0") {
-		t.Fatalf("replay --remove-static-members = exit %d, %q\n%s", code, stdout, stderr)
+	stdout, stderr, code = w.replay("--to", "earliest", "--execute", "--wait", "30s")
+	if code != 0 || !strings.Contains(stdout, "reset the offsets of group "+w.group) {
+		t.Fatalf("replay --execute --wait 30s after a static member stopped = exit %d:\n%s%s", code, stdout, stderr)
 	}
 	if got := w.groupOffsets(); got[0] != 0 {
 		t.Errorf("committed offset = %d after the replay, want 0", got[0])
@@ -156,7 +201,7 @@ func TestReplayToTimeAndOffset(t *testing.T) {
 	for _, r := range late {
 		want[r.Partition] = min(want[r.Partition], r.Offset)
 	}
-	if _, stderr, code := w.replay("--to", at.Format(time.RFC3339Nano)); code != 0 {
+	if _, stderr, code := w.replay("--to", at.Format(time.RFC3339Nano), "--execute"); code != 0 {
 		t.Fatalf("replay --to %s = exit %d: %s", at.Format(time.RFC3339Nano), code, stderr)
 	}
 	if got := w.groupOffsets(); fmt.Sprint(got) != fmt.Sprint(want) {
@@ -179,9 +224,9 @@ func TestReplayToTimeAndOffset(t *testing.T) {
 		want   map[int32]int64
 		output string
 	}{
-		{"an offset on one partition", []string{"--to", "1", "--partitions", "0"}, map[int32]int64{0: 1, 1: want[1]}, ""},
-		{"past the end is clamped", []string{"--to", "999999", "--partitions", "1"}, map[int32]int64{0: 1, 1: ends[1]}, "offset 999999 is outside the partition's range"},
-		{"earliest on every partition", []string{"--to", "earliest", "--partitions", "0,1"}, map[int32]int64{0: 0, 1: 0}, ""},
+		{"an offset on one partition", []string{"--to", "1", "--partitions", "0", "--execute"}, map[int32]int64{0: 1, 1: want[1]}, ""},
+		{"past the end is clamped", []string{"--to", "999999", "--partitions", "1", "--execute"}, map[int32]int64{0: 1, 1: ends[1]}, "offset 999999 is outside the partition's range"},
+		{"earliest on every partition", []string{"--to", "earliest", "--partitions", "0,1", "--execute"}, map[int32]int64{0: 0, 1: 0}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -195,7 +240,7 @@ func TestReplayToTimeAndOffset(t *testing.T) {
 		})
 	}
 
-	for _, args := range [][]string{{}, {"--to", "yesterday"}, {"--to", "-3"}, {"--to", "earliest", "--partitions", "7"}, {"--to", "earliest", "--partitions", "x"}} {
+	for _, args := range [][]string{{}, {"--to", "yesterday"}, {"--to", "-3"}, {"--to", "earliest", "--partitions", "7", "--execute"}, {"--to", "earliest", "--partitions", "x"}} {
 		if _, stderr, code := w.replay(args...); code != 2 {
 			t.Errorf("replay %v = exit %d (%s), want 2", args, code, strings.TrimSpace(stderr))
 		}

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/projector/projector/internal/config"
 )
 
 // docFiles are the pages whose commands users copy into a shell.
@@ -241,6 +243,10 @@ func TestDocsVariablesExist(t *testing.T) {
 			for _, v := range variable.FindAllString(line, -1) {
 				seen++
 				example := v == "PROJECTOR_SOME_NAME" // the naming rule's own example
+				for _, old := range renamedVariables {
+					_, renamed := old[v] // an upgrade note's old name
+					example = example || renamed
+				}
 				notFlag := slices.ContainsFunc(notFlagPrefixes, func(p string) bool { return strings.HasPrefix(v+"_", p) })
 				if !known[v] && !example && !notFlag {
 					t.Errorf("%s:%d: %s is read by no flag of any command", file, i+1, v)
@@ -250,5 +256,68 @@ func TestDocsVariablesExist(t *testing.T) {
 	}
 	if seen == 0 {
 		t.Fatal("no PROJECTOR_* variable found in the docs")
+	}
+}
+
+// TestChangelog holds CHANGELOG.md to the form of Keep a Changelog: an
+// Unreleased section and versions with dates, each linked, their changes
+// under the usual headings, and an upgrade note naming every variable and
+// flag renamed (issue 28: it was dated, not versioned, and renames sat
+// under "Changed" with no word on what to do).
+func TestChangelog(t *testing.T) {
+	b, err := os.ReadFile("../../CHANGELOG.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(b)
+	version := regexp.MustCompile(`^## \[(Unreleased|\d+\.\d+\.\d+)\]( - \d{4}-\d{2}-\d{2})?$`)
+	sections := []string{"Upgrade", "Added", "Changed", "Deprecated", "Removed", "Fixed", "Security"}
+	var versions []string
+	for i, line := range strings.Split(text, "\n") {
+		switch {
+		case strings.HasPrefix(line, "## "):
+			m := version.FindStringSubmatch(line)
+			if m == nil || (m[1] != "Unreleased") != (m[2] != "") {
+				t.Errorf("CHANGELOG.md:%d: %q, want ## [Unreleased] or ## [x.y.z] - YYYY-MM-DD", i+1, line)
+				continue
+			}
+			versions = append(versions, m[1])
+		case strings.HasPrefix(line, "### "):
+			if !slices.Contains(sections, strings.TrimPrefix(line, "### ")) {
+				t.Errorf("CHANGELOG.md:%d: section %q, want one of %v", i+1, line, sections)
+			}
+		}
+	}
+	if len(versions) < 2 || versions[0] != "Unreleased" {
+		t.Fatalf("versions %v, want Unreleased first and released versions after", versions)
+	}
+	for _, v := range versions {
+		if !strings.Contains(text, "\n["+v+"]: ") {
+			t.Errorf("CHANGELOG.md has no link for [%s]", v)
+		}
+	}
+	unreleased := text[strings.Index(text, "## [Unreleased]"):]
+	unreleased = unreleased[:strings.Index(unreleased[1:], "\n## ")+1]
+	upgrade, _, _ := strings.Cut(unreleased[strings.Index(unreleased, "### Upgrade"):], "\n### Added")
+	var renamed []string
+	for _, old := range renamedVariables {
+		for v := range old {
+			renamed = append(renamed, v)
+		}
+	}
+	for _, fs := range flagSets(t) {
+		fs.VisitAll(func(f *flag.Flag) {
+			if r, ok := f.Value.(renamedFlag); ok {
+				renamed = append(renamed, fs.Name()+" --"+f.Name, strings.Fields(r.now)[0])
+			}
+		})
+		for _, name := range ownVariables(fs.Name()) {
+			renamed = append(renamed, config.CommandEnvName(fs.Name(), name))
+		}
+	}
+	for _, r := range renamed {
+		if !strings.Contains(upgrade, r) && !strings.Contains(upgrade, strings.TrimPrefix(r, "publish ")) {
+			t.Errorf("the Upgrade notes of Unreleased do not name %s", r)
+		}
 	}
 }

@@ -42,16 +42,16 @@ func TestVariablesSharedOnPurpose(t *testing.T) {
 		"topic", "dlq-topic", "group", "chunk-bytes", "max-chunks", "max-record-bytes", "batch-records", "max-batch-chunks",
 		"embedder", "embed-api-key-file", "embed-batch", "embed-cache", "embed-concurrency", "embed-dim", "embed-model",
 		"embed-timeout", "embed-url",
-		// The contract gives every flag of publish and replay its
-		// PROJECTOR_<FLAG>: publish --partitions (of a topic it creates)
-		// and replay --partitions (which to reset) share one. Neither
-		// belongs in a shared environment, and replay prints its plan.
-		"partitions",
+		// Change nothing: replay's and redrive's mean the same.
+		"dry-run",
 	}
 	readers := map[string][]string{}
 	for _, fs := range flagSets(t) {
 		fs.VisitAll(func(f *flag.Flag) {
-			v := variable(fs.Name(), f.Name)
+			if _, renamed := f.Value.(renamedFlag); renamed {
+				return // it reads nothing: setting it is refused
+			}
+			v := variableOf(fs.Name(), f.Name)
 			readers[v] = append(readers[v], fs.Name()+" --"+f.Name)
 		})
 	}
@@ -99,6 +99,78 @@ func TestRedriveGroupVariable(t *testing.T) {
 			func(k string) string { return tt.env[k] })
 		if code != 0 || !strings.Contains(stdout.String(), tt.want) {
 			t.Errorf("redrive with %v: exit %d, stdout %q, want it to name %s\n%s", tt.env, code, stdout.String(), tt.want, stderr.String())
+		}
+	}
+}
+
+// Issue 28: help said every flag reads PROJECTOR_<FLAG>, and redrive's
+// did not. Every command's -h now names each flag's variable.
+func TestHelpNamesEachVariable(t *testing.T) {
+	for _, c := range commands() {
+		var stderr strings.Builder
+		_ = c.run(context.Background(), []string{"-h"}, env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: &stderr,
+			getenv: func(string) string { return "" }})
+		lines := strings.Split(stderr.String(), "\n")
+		flags := 0
+		for i, line := range lines {
+			name, ok := strings.CutPrefix(line, "  -")
+			if !ok {
+				continue
+			}
+			flags++
+			name, _, _ = strings.Cut(name, " ")
+			want := "(env " + variableOf(c.name, name) + ")"
+			found := false
+			for _, next := range lines[i+1:] {
+				if strings.HasPrefix(next, "  -") {
+					break
+				}
+				found = found || strings.TrimSpace(next) == want
+			}
+			if !found {
+				t.Errorf("projector %s -h: --%s is not followed by %s", c.name, name, want)
+			}
+		}
+		if flags == 0 && c.name != "version" {
+			t.Errorf("projector %s -h lists no flag", c.name)
+		}
+	}
+}
+
+// Issue 28: PROJECTOR_DRY_RUN=true projector redrive sent, and a variable
+// exported for one command changed another. A variable that looks as if
+// it set a flag of the command and does not is refused before anything is
+// done; one of the same meaning is shared.
+func TestVariablesOfAnotherCommandAreRefused(t *testing.T) {
+	c, err := kfake.NewCluster(kfake.NumBrokers(1), kfake.SeedTopics(1, "documents", "documents.dlq"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for _, tt := range []struct {
+		args []string
+		env  map[string]string
+		code int
+		want string
+	}{
+		{[]string{"redrive"}, map[string]string{"PROJECTOR_DRY_RUN": "true"}, 0, "would send 0 of 0"},
+		{[]string{"redrive"}, map[string]string{"PROJECTOR_REDRIVE_DRY_RUN": "true"}, 2, "PROJECTOR_REDRIVE_DRY_RUN is no longer read: --dry-run reads PROJECTOR_DRY_RUN"},
+		{[]string{"redrive", "--dry-run"}, map[string]string{"PROJECTOR_BATCH": "10"}, 2, "redrive reads --batch from PROJECTOR_REDRIVE_BATCH (no command reads it)"},
+		{[]string{"redrive", "--dry-run"}, map[string]string{"PROJECTOR_SINCE": "2026-01-01T00:00:00Z"}, 2, "PROJECTOR_SINCE is set, but projector redrive reads --since from PROJECTOR_REDRIVE_SINCE (it is reconcile --since's"},
+		{[]string{"redrive", "--dry-run"}, map[string]string{"PROJECTOR_SINCE": "2026-01-01T00:00:00Z", "PROJECTOR_REDRIVE_SINCE": "2026-01-01T00:00:00Z"}, 0, "would send"},
+		{[]string{"redrive", "--dry-run"}, map[string]string{"PROJECTOR_GROUP": "projector"}, 0, "(group projector-redrive.all)"},
+		{[]string{"publish"}, map[string]string{"PROJECTOR_PARTITIONS": "0"}, 2, "renamed --topic-partitions (PROJECTOR_TOPIC_PARTITIONS)"},
+		{[]string{"publish", "--partitions", "2"}, nil, 2, "renamed --topic-partitions"},
+		{[]string{"migrate"}, map[string]string{"PROJECTOR_TIMEOUT": "1s"}, 2, "migrate reads --timeout from PROJECTOR_MIGRATE_TIMEOUT"},
+	} {
+		env := map[string]string{"PROJECTOR_BROKERS": strings.Join(c.ListenAddrs(), ",")}
+		for k, v := range tt.env {
+			env[k] = v
+		}
+		var stdout, stderr strings.Builder
+		code := run(context.Background(), tt.args, strings.NewReader(""), &stdout, &stderr, func(k string) string { return env[k] })
+		if code != tt.code || !strings.Contains(stdout.String()+stderr.String(), tt.want) {
+			t.Errorf("projector %v with %v: exit %d\n%s%s\nwant exit %d and %q", tt.args, tt.env, code, stdout.String(), stderr.String(), tt.code, tt.want)
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"strings"
 	"time"
 
@@ -33,14 +34,38 @@ func newFlagSet(name, synopsis string, e env) *flag.FlagSet {
 		e.onFlagSet(fs)
 	}
 	fs.Usage = func() {
-		fmt.Fprintf(e.stderr, "usage: projector %s\n\nflags (each also read from PROJECTOR_<FLAG_NAME>", synopsis)
-		for _, own := range ownVariables(name) {
-			fmt.Fprintf(e.stderr, "; --%s from %s", own, config.CommandEnvName(name, own))
-		}
-		fmt.Fprintln(e.stderr, "):")
-		fs.PrintDefaults()
+		fmt.Fprintf(e.stderr, "usage: projector %s\n\nflags, each with the environment variable it also reads (the flag wins):\n", synopsis)
+		printDefaults(e.stderr, fs)
 	}
 	return fs
+}
+
+// printDefaults prints what fs.PrintDefaults does, each flag followed by
+// the variable it reads: PROJECTOR_<FLAG>, or for a flag whose name another
+// command has with another meaning, PROJECTOR_<COMMAND>_<FLAG> (issue 28:
+// help said every flag reads PROJECTOR_<FLAG>, and some did not).
+func printDefaults(w io.Writer, fs *flag.FlagSet) {
+	var b strings.Builder
+	out := fs.Output()
+	fs.SetOutput(&b)
+	fs.PrintDefaults()
+	fs.SetOutput(out)
+	lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+	for i, line := range lines {
+		fmt.Fprintln(w, line)
+		last := i+1 == len(lines) || strings.HasPrefix(lines[i+1], "  -")
+		if !last {
+			continue
+		}
+		// The flag whose block this line ends.
+		for j := i; j >= 0; j-- {
+			if name, ok := strings.CutPrefix(lines[j], "  -"); ok {
+				name, _, _ = strings.Cut(name, " ")
+				fmt.Fprintf(w, "    \t(env %s)\n", variableOf(fs.Name(), name))
+				break
+			}
+		}
+	}
 }
 
 // parse reads args and the environment into fs, then the secrets the
@@ -59,7 +84,10 @@ func parse(fs *flag.FlagSet, args []string, e env) error {
 // parseWithArgs is parse for the commands that take positional arguments
 // (resume); they check what the arguments are themselves.
 func parseWithArgs(fs *flag.FlagSet, args []string, e env) error {
-	if err := config.Parse(fs, args, e.getenv, func(name string) string { return variable(fs.Name(), name) }); err != nil {
+	if err := config.Parse(fs, args, e.getenv, func(name string) string { return variableOf(fs.Name(), name) }); err != nil {
+		return usageError(err)
+	}
+	if err := foreignVariables(fs.Name(), e.getenv); err != nil {
 		return usageError(err)
 	}
 	return resolveSecrets(fs, e.getenv)
@@ -71,6 +99,18 @@ func parseWithArgs(fs *flag.FlagSet, args []string, e env) error {
 // word (replay --to earliest 0 --partitions 0 would reset every partition).
 func unexpectedArgument(fs *flag.FlagSet) error {
 	return fmt.Errorf("unexpected argument %q: this command takes flags only, and a flag after an argument is not read (projector %s -h)", fs.Arg(0), fs.Name())
+}
+
+// renamedFlag stands for a flag that has a new name: setting it, on the
+// command line or through its environment variable, is a usage error that
+// names the new one, rather than an unknown flag or, for the variable, a
+// setting silently lost.
+type renamedFlag struct{ now, why string }
+
+func (renamedFlag) String() string { return "" }
+
+func (r renamedFlag) Set(string) error {
+	return fmt.Errorf("renamed %s: %s", r.now, r.why)
 }
 
 // logFlags configure the logger.

@@ -20,11 +20,18 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	disarm := shutdown.Watchdog(ctx, shutdown.Limit, func() { forceExit(os.Stderr) })
-	e := env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, environ: os.Environ}
+	e := env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, getenv: os.Getenv, environ: os.Environ,
+		interactive: terminal(os.Stdin) && terminal(os.Stdout)}
 	code := dispatch(ctx, os.Args[1:], e)
 	disarm()
 	stop()
 	os.Exit(code)
+}
+
+// terminal reports whether f is a terminal (a character device).
+func terminal(f *os.File) bool {
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }
 
 // exitForced is the status of a process that was asked to stop and had not
@@ -56,7 +63,10 @@ type env struct {
 	stdin  io.Reader
 	stdout io.Writer
 	stderr io.Writer
-	getenv func(string) string
+	// interactive: standard input and output are a terminal, so a
+	// command may ask before it changes something (replay does).
+	interactive bool
+	getenv      func(string) string
 	// environ lists the environment (os.Environ), to find PROJECTOR_*
 	// variables that no flag reads; nil in tests that need no such check.
 	environ func() []string
@@ -159,5 +169,6 @@ func usage(w io.Writer) {
 	for _, c := range commands() {
 		fmt.Fprintf(w, "  %-13s %s\n", c.name, c.summary)
 	}
-	fmt.Fprintln(w, "\nEvery flag --some-name can also be set as PROJECTOR_SOME_NAME; `projector <command> -h` lists the flags.")
+	fmt.Fprintln(w, "\nEvery flag --some-name can also be set as PROJECTOR_SOME_NAME, but for a few flags whose name another command uses")
+	fmt.Fprintln(w, "with another meaning, which read PROJECTOR_<COMMAND>_SOME_NAME; `projector <command> -h` lists the flags, each with its variable.")
 }

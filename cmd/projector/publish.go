@@ -36,7 +36,10 @@ func publishCommand(ctx context.Context, args []string, e env) error {
 	fs.StringVar(&file, "file", "-", "file of documents, one JSON object a line; - is standard input")
 	fs.IntVar(&maxBytes, "max-record-bytes", event.DefaultLimits().MaxRecordBytes, "longest line accepted")
 	fs.BoolVar(&create, "create-topic", false, "create --topic when it does not exist; without it a missing topic (a misspelt name, say) is an error")
-	fs.IntVar(&parts, "partitions", 3, "with --create-topic: partitions of the topic it creates")
+	fs.IntVar(&parts, "topic-partitions", 3, "with --create-topic: partitions of the topic it creates")
+	fs.Var(renamedFlag{now: "--topic-partitions (PROJECTOR_TOPIC_PARTITIONS)",
+		why: "replay's --partitions, the partitions it resets, reads PROJECTOR_PARTITIONS"},
+		"partitions", "renamed --topic-partitions, so that it no longer shares PROJECTOR_PARTITIONS with replay's --partitions")
 	if err := parse(fs, args, e); err != nil {
 		return err
 	}
@@ -159,7 +162,7 @@ func ensureTopic(ctx context.Context, cl *kgo.Client, log *zap.Logger, topic str
 		return fmt.Errorf("topic %s does not exist: check --topic, create the topic, or pass --create-topic", topic)
 	}
 	if partitions <= 0 {
-		return usageError(fmt.Errorf("--partitions %d: want at least 1", partitions))
+		return usageError(fmt.Errorf("--topic-partitions %d: want at least 1", partitions))
 	}
 	resp, err := adm.CreateTopic(ctx, int32(partitions), -1, nil, topic)
 	if err == nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/projector/projector/internal/event"
 	"github.com/projector/projector/internal/fault"
 	"github.com/projector/projector/internal/reconcile"
+	"github.com/projector/projector/internal/replay"
 	"github.com/projector/projector/internal/store/postgres"
 )
 
@@ -41,6 +42,7 @@ type reconcileFlags struct {
 	progressEvery    int
 	jsonOutput       bool
 	maxDiscrepancies int64
+	failOnFindings   bool
 	maxUnknown       int
 	repair           bool
 	deleteOrphans    bool
@@ -69,6 +71,7 @@ func (f *reconcileFlags) register(fs *flag.FlagSet) {
 	fs.BoolVar(&f.jsonOutput, "json", false, "print JSON lines (one object per discrepancy, then a summary object) instead of a table")
 	fs.IntVar(&f.maxUnknown, "max-unknown", 100000, "unknown documents one store's scan reports before it stops, to bound memory (reported keys are remembered; --delete-orphans remembers none and has no bound)")
 	fs.Int64Var(&f.maxDiscrepancies, "max-discrepancies", 0, "exit with status 3 when more discrepancies than this are left unresolved")
+	fs.BoolVar(&f.failOnFindings, "fail-on-discrepancies", true, "exit with status 3 past --max-discrepancies; false: exit 0 once the report is written and pushed, for a scheduled job whose findings the alert ProjectorReconcileDiscrepancies reports (a failed Job would page beside it)")
 	fs.BoolVar(&f.repair, "repair", false, "re-project missing, skewed and withdrawn-but-present documents from the relational copy, in the write order")
 	fs.BoolVar(&f.deleteOrphans, "delete-orphans", false, "also remove orphans: re-project live documents holding foreign chunks, delete the chunks of unknown documents")
 	fs.DurationVar(&f.leaseTTL, "repair-lease-ttl", 30*time.Second, "how long the repair lease of --repair and --delete-orphans outlives its last renewal (renewed every third of it): run's writes wait that long at most for a repair that died")
@@ -175,7 +178,7 @@ func reconcileCommand(ctx context.Context, args []string, e env) error {
 	if err := f.push.push(ctx, sum.Registry(rec.StoreNames())); err != nil {
 		return err
 	}
-	if n := sum.Unresolved(); n > f.maxDiscrepancies {
+	if n := sum.Unresolved(); n > f.maxDiscrepancies && f.failOnFindings {
 		return &exitError{code: exitDiscrepancies, err: fmt.Errorf("%d unresolved discrepancies, more than --max-discrepancies %d", n, f.maxDiscrepancies)}
 	}
 	return nil
@@ -191,14 +194,14 @@ const minLeaseTTL = time.Second
 // stores' version guards keep the repair's writes from taking a document
 // back. It says how many live members of --group will wait.
 func (f *reconcileFlags) takeRepairLease(ctx context.Context, log *zap.Logger, st *stores, faults *fault.Injector) (*postgres.Lease, error) {
-	if adm, err := newAdmin(&f.kafka, log, "projector-reconcile"); err == nil {
+	if adm, err := adminOf(&f.kafka, log, "projector-reconcile"); err == nil {
 		// Only for the log line: a Kafka that does not answer soon does
 		// not hold the repair up.
 		askCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		n, err := liveMembers(askCtx, adm, f.group)
+		members, err := replay.Members(askCtx, adm, f.group)
 		cancel()
-		if err == nil && n > 0 {
-			log.Info("consumer group has live members: their relational writes wait until the repair ends", zap.String("group", f.group), zap.Int("members", n))
+		if err == nil && len(members) > 0 {
+			log.Info("consumer group has live members: their relational writes wait until the repair ends", zap.String("group", f.group), zap.Int("members", len(members)))
 		}
 		adm.Close()
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
 
@@ -75,28 +76,33 @@ func redriveCommand(ctx context.Context, args []string, e env) error {
 	if err != nil {
 		return usageError(err)
 	}
-	cl, err := kgo.NewClient(append(opts, kgo.ClientID("projector-redrive"), kgo.ProducerLinger(0))...)
-	if err != nil {
-		return fmt.Errorf("kafka client: %w", err)
-	}
-	defer cl.Close()
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	cfg.Source = func(ctx context.Context, topic string, partition int32, offset int64) (*kgo.Record, project.TopicID, error) {
 		return readAt(ctx, opts, topic, partition, offset)
 	}
-	list := func(r *kgo.Record) { fmt.Fprintln(e.stdout, dryRunLine(r)) }
-	rep, err := redrive.Run(ctx, cl, log.With(zap.String("component", "redrive")), cfg, list)
-	if errors.Is(err, redrive.ErrForeignGroup) {
+	list := func(r *kgo.Record, skip error) { fmt.Fprintln(e.stdout, dryRunLine(r, skip)) }
+	rep, err := redrive.Run(ctx, opts, log.With(zap.String("component", "redrive")), cfg, list)
+	switch {
+	case errors.Is(err, redrive.ErrForeignGroup), errors.Is(err, redrive.ErrPositionFull):
 		return usageError(err)
+	case errors.Is(err, redrive.ErrBusy):
+		return &exitError{code: exitGroupActive, err: err}
 	}
 	verb, n := "sent", rep.Sent
 	if cfg.DryRun {
-		verb, n = "would send", rep.Matched
+		verb, n = "would send", rep.Matched-rep.Skipped
 	}
 	fmt.Fprintf(e.stdout, "%s %d of %d dead letters read from %s to %s (group %s)\n", verb, n, rep.Scanned, cfg.DLQTopic, cfg.Topic, cfg.Group)
+	if rep.Earlier > 0 {
+		fmt.Fprintf(e.stdout, "passed %d selected dead letters that an earlier redrive of the group sent\n", rep.Earlier)
+	}
 	if rep.Skipped > 0 {
-		fmt.Fprintf(e.stdout, "skipped %d cut dead letters whose whole record is no longer at its source offset (see the log)\n", rep.Skipped)
+		what := "skipped"
+		if cfg.DryRun {
+			what = "would skip"
+		}
+		fmt.Fprintf(e.stdout, "%s %d cut dead letters whose whole record is no longer at its source offset (see the log)\n", what, rep.Skipped)
 	}
 	return err
 }
@@ -105,8 +111,9 @@ func redriveCommand(ctx context.Context, args []string, e env) error {
 // why it failed, and where its event first was. A letter redriven and
 // dead-lettered again names its redriven copy as source and keeps the
 // first place in original=, which is where the projector judges it: two
-// lines with one original are one event.
-func dryRunLine(r *kgo.Record) string {
+// lines with one original are one event. A cut letter whose whole record
+// is gone (skip) would be skipped, and the line says why.
+func dryRunLine(r *kgo.Record, skip error) string {
 	h := map[string]string{}
 	for _, hd := range r.Headers {
 		h[hd.Key] = string(hd.Value)
@@ -115,13 +122,21 @@ func dryRunLine(r *kgo.Record) string {
 	if r.Value == nil {
 		value = "tombstone"
 	}
-	line := fmt.Sprintf("would send partition=%d offset=%d reason=%s key=%q source=%s/%s/%s",
+	verb := "would send"
+	if skip != nil {
+		verb = "would skip"
+	}
+	line := fmt.Sprintf("%s partition=%d offset=%d reason=%s key=%q source=%s/%s/%s", verb,
 		r.Partition, r.Offset, h[dlq.HeaderReason], r.Key,
 		h[dlq.HeaderSourceTopic], h[dlq.HeaderSourcePartition], h[dlq.HeaderSourceOffset])
 	if orig := h[project.HeaderOriginalPosition]; orig != "" {
 		line += " original=" + orig
 	}
-	return line + " value=" + value
+	line += " value=" + value
+	if skip != nil {
+		line += " (" + skip.Error() + ")"
+	}
+	return line
 }
 
 // readAt reads the record at topic/partition/offset, and the topic's id,
@@ -141,6 +156,9 @@ func readAt(ctx context.Context, opts []kgo.Opt, topic string, partition int32, 
 	if err == nil {
 		err = topics.Error()
 	}
+	if errors.Is(err, kerr.UnknownTopicOrPartition) {
+		return nil, project.TopicID{}, fmt.Errorf("%w: topic %s no longer exists", redrive.ErrGone, topic)
+	}
 	if err != nil {
 		return nil, project.TopicID{}, fmt.Errorf("describe topic %s: %w", topic, err)
 	}
@@ -150,7 +168,9 @@ func readAt(ctx context.Context, opts []kgo.Opt, topic string, partition int32, 
 		if err := ctx.Err(); err != nil {
 			return nil, id, err
 		}
-		if err := fetches.Err(); err != nil {
+		if err := fetches.Err(); errors.Is(err, kerr.OffsetOutOfRange) {
+			return nil, id, fmt.Errorf("%w: the topic no longer holds offset %d (retention deleted it): %w", redrive.ErrGone, offset, err)
+		} else if err != nil {
 			return nil, id, err
 		}
 		for _, r := range fetches.Records() {
@@ -158,7 +178,7 @@ func readAt(ctx context.Context, opts []kgo.Opt, topic string, partition int32, 
 				return r, id, nil
 			}
 			if r.Offset > offset {
-				return nil, id, errors.New("the topic no longer holds that offset (compacted)")
+				return nil, id, fmt.Errorf("%w: the topic no longer holds offset %d (compacted)", redrive.ErrGone, offset)
 			}
 		}
 	}

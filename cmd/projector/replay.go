@@ -1,20 +1,21 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/twmb/franz-go/pkg/kadm"
-	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"go.uber.org/zap"
+
+	"github.com/projector/projector/internal/replay"
 )
 
 // Exit codes beside 0 (done), 1 (error) and 2 (usage).
@@ -29,7 +30,11 @@ const (
 
 // kafkaTimeout bounds each admin call, so an unreachable broker fails the
 // command instead of hanging it.
-const kafkaTimeout = 30 * time.Second
+const kafkaTimeout = replay.Timeout
+
+// countBudget bounds the reading of the records a replay would read again,
+// to count their documents, so that the plan of a long log comes quickly.
+const countBudget = 30 * time.Second
 
 func replayCommand(ctx context.Context, args []string, e env) error {
 	var (
@@ -39,79 +44,107 @@ func replayCommand(ctx context.Context, args []string, e env) error {
 		group        string
 		to           string
 		partitions   string
+		execute      bool
 		dryRun       bool
 		removeStatic bool
+		wait         time.Duration
+		countLimit   int64
 	)
-	fs := newFlagSet("replay", "replay --to earliest|<offset>|<RFC 3339 time> [flags]", e)
+	fs := newFlagSet("replay", "replay --to earliest|<offset>|<RFC 3339 time> [--execute] [flags]", e)
 	lf.register(fs)
 	kf.register(fs)
 	fs.StringVar(&topic, "topic", "documents", "topic of the document events")
 	fs.StringVar(&group, "group", "projector", "consumer group whose committed offsets are reset")
 	fs.StringVar(&to, "to", "", "where the group resumes: earliest, an offset (clamped to each partition's range), or an RFC 3339 time (the first record at or after it)")
 	fs.StringVar(&partitions, "partitions", "", "comma-separated partitions to reset (default: all)")
-	fs.BoolVar(&dryRun, "dry-run", false, "print the offsets the reset would commit, and change nothing (live members are then only warned about)")
-	fs.BoolVar(&removeStatic, "remove-static-members", false, "remove the group's static members (--group-instance-id) by instance id before the reset, once every projector of the group is stopped: a stopped static member stays for the session timeout")
+	fs.BoolVar(&execute, "execute", false, "reset the offsets; without it replay prints the plan and changes nothing, like kafka-consumer-groups --reset-offsets (a terminal is asked instead)")
+	fs.DurationVar(&wait, "wait", time.Minute, "with --execute, how long to wait for the group's members to leave: a stopped static member (--group-instance-id) leaves when its session times out (run's --session-timeout, 45s by default), so make it longer than that")
+	fs.Int64Var(&countLimit, "count-documents", 100000, "records to read, at most, to count the documents the replay reads again (0: count none)")
+	fs.BoolVar(&dryRun, "dry-run", false, "print the plan and change nothing: what replay does without --execute (kept for scripts that pass it)")
+	fs.BoolVar(&removeStatic, "remove-static-members", false, "removed: replay no longer removes members; see --wait")
 	if err := parse(fs, args, e); err != nil {
 		return err
 	}
-	target, err := parseReplayTarget(to)
+	target, err := replay.ParseTarget(to)
 	if err != nil {
 		return usageError(err)
 	}
-	if dryRun && removeStatic {
-		return usageError(errors.New("--dry-run changes nothing, and --remove-static-members changes the group: give one"))
-	}
-	chosen, err := parsePartitions(partitions)
+	chosen, err := replay.ParsePartitions(partitions)
 	if err != nil {
 		return usageError(err)
+	}
+	switch {
+	case removeStatic:
+		return usageError(errors.New("--remove-static-members is gone: it removed members the broker still listed, " +
+			"which a running process joins again after the reset. replay --execute waits (--wait) for stopped members to leave; " +
+			"a stopped static member leaves when its session times out: give --wait longer than run's --session-timeout"))
+	case dryRun && execute:
+		return usageError(errors.New("--dry-run changes nothing and --execute resets: give one"))
+	case wait < 0:
+		return usageError(fmt.Errorf("--wait %s: want 0 or more", wait))
+	case countLimit < 0:
+		return usageError(fmt.Errorf("--count-documents %d: want 0 or more", countLimit))
 	}
 	log, err := lf.logger(e)
 	if err != nil {
 		return usageError(err)
 	}
-	adm, err := newAdmin(&kf, log, "projector-replay")
+	opts, err := kf.opts(log)
+	if err != nil {
+		return usageError(err)
+	}
+	adm, err := newAdmin(opts, "projector-replay")
 	if err != nil {
 		return err
 	}
 	defer adm.Close()
-	if dryRun {
-		if n, err := liveMembers(ctx, adm, group); err == nil && n > 0 {
-			fmt.Fprintf(e.stderr, "projector replay: warning: consumer group %s has %d live member(s); stop them before the reset itself\n", group, n)
+
+	plan, err := replay.Make(ctx, adm, topic, group, target, chosen)
+	if _, ok := errors.AsType[*replay.UsageError](err); ok {
+		return usageError(err)
+	}
+	if err != nil {
+		return err
+	}
+	if err := replay.CountDocuments(ctx, opts, &plan, countLimit, countBudget); err != nil {
+		return err
+	}
+	printPlan(e.stdout, plan, wait)
+	if !execute {
+		if !e.interactive || dryRun || !confirm(e.stdin, e.stdout) {
+			fmt.Fprintf(e.stdout, "nothing changed: run again with --execute to reset these offsets\n")
+			return nil
 		}
-	} else if err := requireNoMembers(ctx, adm, group, "resetting its offsets", removeStatic, e.stdout); err != nil {
-		return err
 	}
-	rows, err := planReplay(ctx, adm, topic, group, target, chosen)
-	if err != nil {
-		return err
+	if len(plan.Members) > 0 {
+		fmt.Fprintf(e.stdout, "waiting up to %s for the group's members to leave...\n", wait)
 	}
-	if dryRun {
-		printReplay(e.stdout, fmt.Sprintf("would reset the offsets of group %s on topic %s (--dry-run: nothing changed):", group, topic), rows)
-		return nil
-	}
-	commit := make(kadm.Offsets)
-	for _, r := range rows {
-		commit.Add(kadm.Offset{Topic: topic, Partition: r.partition, At: r.after, LeaderEpoch: -1})
-	}
-	cctx, cancel := context.WithTimeout(ctx, kafkaTimeout)
-	defer cancel()
-	resp, err := adm.CommitOffsets(cctx, group, commit)
+	err = replay.Wait(ctx, adm, group, wait, time.Second, nil)
 	if err == nil {
-		err = resp.Error()
+		// The members committed as they left: plan again from what they left.
+		if plan, err = replay.Make(ctx, adm, topic, group, target, chosen); err == nil {
+			err = replay.Execute(ctx, adm, plan)
+		}
+	}
+	if active, ok := errors.AsType[*replay.ActiveError](err); ok {
+		return &exitError{code: exitGroupActive, err: fmt.Errorf("%w; nothing was reset", active)}
 	}
 	if err != nil {
-		return fmt.Errorf("commit offsets of group %s: %w", group, err)
+		return err
 	}
-	printReplay(e.stdout, fmt.Sprintf("reset the offsets of group %s on topic %s:", group, topic), rows)
+	printRows(e.stdout, fmt.Sprintf("reset the offsets of group %s on topic %s:", group, topic), plan.Rows)
 	return nil
 }
 
-// newAdmin returns an admin client of the brokers of kf.
-func newAdmin(kf *kafkaFlags, log *zap.Logger, clientID string) (*kadm.Client, error) {
-	opts, err := kf.opts(log)
-	if err != nil {
-		return nil, usageError(err)
-	}
+// confirm asks on a terminal whether to reset, and reads the answer.
+func confirm(in io.Reader, out io.Writer) bool {
+	fmt.Fprint(out, "reset these offsets? type yes to go on: ")
+	answer, _ := bufio.NewReader(in).ReadString('\n')
+	return strings.TrimSpace(answer) == "yes"
+}
+
+// newAdmin returns an admin client of the brokers of opts.
+func newAdmin(opts []kgo.Opt, clientID string) (*kadm.Client, error) {
 	cl, err := kgo.NewClient(append(opts, kgo.ClientID(clientID))...)
 	if err != nil {
 		return nil, fmt.Errorf("kafka client: %w", err)
@@ -119,232 +152,68 @@ func newAdmin(kf *kafkaFlags, log *zap.Logger, clientID string) (*kadm.Client, e
 	return kadm.NewClient(cl), nil
 }
 
-// replayTarget is a parsed --to.
-type replayTarget struct {
-	earliest bool
-	offset   int64 // when >= 0
-	at       time.Time
+// adminOf returns an admin client of the brokers of kf.
+func adminOf(kf *kafkaFlags, log *zap.Logger, clientID string) (*kadm.Client, error) {
+	opts, err := kf.opts(log)
+	if err != nil {
+		return nil, usageError(err)
+	}
+	return newAdmin(opts, clientID)
 }
 
-func parseReplayTarget(s string) (replayTarget, error) {
+// printPlan prints what a replay would do: each partition's offsets, the
+// records and documents read again, and the members a reset waits for.
+func printPlan(w io.Writer, plan replay.Plan, wait time.Duration) {
+	printRows(w, fmt.Sprintf("plan: reset the offsets of group %s on topic %s (nothing is changed yet):", plan.Group, plan.Topic), plan.Rows)
+	reread := plan.Reread()
+	docs := fmt.Sprintf("%d documents", plan.Documents)
 	switch {
-	case s == "":
-		return replayTarget{}, errors.New("--to is required: earliest, an offset or an RFC 3339 time")
-	case s == "earliest":
-		return replayTarget{earliest: true, offset: -1}, nil
+	case reread == 0:
+		docs = "no document"
+	case plan.Counted == 0:
+		docs = "documents not counted (--count-documents 0)"
+	case plan.Counted < reread:
+		docs = fmt.Sprintf("at least %d documents (counted in the first %d records; --count-documents)", plan.Documents, plan.Counted)
 	}
-	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
-		if n < 0 {
-			return replayTarget{}, fmt.Errorf("--to %s: an offset is >= 0", s)
+	fmt.Fprintf(w, "the group reads %d records again, of %s\n", reread, docs)
+	if len(plan.Members) == 0 {
+		fmt.Fprintf(w, "the group has no live member\n")
+		return
+	}
+	fmt.Fprintf(w, "the group has %d live member(s); --execute waits up to %s (--wait) for them to leave, and resets nothing while one remains:\n", len(plan.Members), wait)
+	for _, m := range plan.Members {
+		how := "leaves when its process stops"
+		if m.Static() {
+			how = "leaves when its session times out after its process stops"
 		}
-		return replayTarget{offset: n}, nil
+		fmt.Fprintf(w, "  %s: %s\n", m, how)
 	}
-	at, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
-		return replayTarget{}, fmt.Errorf("--to %q: want earliest, an offset or an RFC 3339 time such as 2024-05-01T12:00:00Z", s)
-	}
-	return replayTarget{offset: -1, at: at}, nil
 }
 
-// parsePartitions reads --partitions; nil means all.
-func parsePartitions(s string) ([]int32, error) {
-	if strings.TrimSpace(s) == "" {
-		return nil, nil
-	}
-	var out []int32
-	for _, f := range strings.Split(s, ",") {
-		n, err := strconv.ParseInt(strings.TrimSpace(f), 10, 32)
-		if err != nil || n < 0 {
-			return nil, fmt.Errorf("--partitions %q: want comma-separated partition numbers", s)
-		}
-		if !slices.Contains(out, int32(n)) {
-			out = append(out, int32(n))
-		}
-	}
-	return out, nil
-}
-
-// liveMembers returns the number of members of a consumer group; a group
-// that does not exist has none.
-func liveMembers(ctx context.Context, adm *kadm.Client, group string) (int, error) {
-	members, err := groupMembers(ctx, adm, group)
-	return len(members), err
-}
-
-// groupMembers returns the members of a consumer group; a group that does
-// not exist has none.
-func groupMembers(ctx context.Context, adm *kadm.Client, group string) ([]kadm.DescribedGroupMember, error) {
-	ctx, cancel := context.WithTimeout(ctx, kafkaTimeout)
-	defer cancel()
-	groups, err := adm.DescribeGroups(ctx, group)
-	if err != nil {
-		return nil, fmt.Errorf("describe group %s: %w", group, err)
-	}
-	g, ok := groups[group]
-	if !ok || errors.Is(g.Err, kerr.GroupIDNotFound) {
-		return nil, nil
-	}
-	if g.Err != nil {
-		return nil, fmt.Errorf("describe group %s: %w", group, g.Err)
-	}
-	return g.Members, nil
-}
-
-// requireNoMembers refuses, with exit status 4, to go on while the group
-// has live members: they commit offsets and write the stores themselves.
-// A static member (--group-instance-id) sends no LeaveGroup when it stops,
-// so it stays a member for the group's session timeout; with
-// removeStatic, and no dynamic member left, requireNoMembers removes the
-// static ones by their instance ids (KIP-345) and says so on out. The
-// caller vouches that they are stopped: a running one would join again.
-func requireNoMembers(ctx context.Context, adm *kadm.Client, group, doing string, removeStatic bool, out io.Writer) error {
-	members, err := groupMembers(ctx, adm, group)
-	if err != nil || len(members) == 0 {
-		return err
-	}
-	var static []string
-	for _, m := range members {
-		if m.InstanceID != nil {
-			static = append(static, *m.InstanceID)
-		}
-	}
-	if removeStatic && len(static) == len(members) {
-		if err := removeStaticMembers(ctx, adm, group, static); err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "removed the static member(s) %s from consumer group %s\n", strings.Join(static, ", "), group)
-		return requireNoMembers(ctx, adm, group, doing, false, out)
-	}
-	msg := fmt.Sprintf("consumer group %s has %d live member(s); stop every `projector run` of the group before %s", group, len(members), doing)
-	if len(static) > 0 {
-		msg += fmt.Sprintf("; %d of them are static (instance ids %s), which stay in the group for its session timeout after they stop: "+
-			"once every one is stopped, wait that long or give --remove-static-members", len(static), strings.Join(static, ", "))
-	}
-	return &exitError{code: exitGroupActive, err: errors.New(msg)}
-}
-
-// removeStaticMembers removes the members of group with the instance ids.
-func removeStaticMembers(ctx context.Context, adm *kadm.Client, group string, ids []string) error {
-	ctx, cancel := context.WithTimeout(ctx, kafkaTimeout)
-	defer cancel()
-	resps, err := adm.LeaveGroup(ctx, kadm.LeaveGroup(group).InstanceIDs(ids...).Reason("projector replay --remove-static-members"))
-	if err != nil {
-		return fmt.Errorf("remove the static members of group %s: %w", group, err)
-	}
-	for _, r := range resps.Sorted() {
-		if r.Err != nil && !errors.Is(r.Err, kerr.UnknownMemberID) {
-			return fmt.Errorf("remove static member %s of group %s: %w", r.InstanceID, group, r.Err)
-		}
-	}
-	return nil
-}
-
-// replayRow is one partition's reset.
-type replayRow struct {
-	partition     int32
-	before        int64 // -1: nothing committed
-	after         int64
-	start, end    int64
-	clampedFrom   int64 // the asked offset, when it was clamped; else -1
-	noRecordAfter bool  // --to a time after the last record: the end offset
-}
-
-// planReplay computes the new offset of every chosen partition.
-func planReplay(ctx context.Context, adm *kadm.Client, topic, group string, target replayTarget, chosen []int32) ([]replayRow, error) {
-	ctx, cancel := context.WithTimeout(ctx, kafkaTimeout)
-	defer cancel()
-	starts, err := adm.ListStartOffsets(ctx, topic)
-	if err == nil {
-		err = starts.Error()
-	}
-	if errors.Is(err, kerr.UnknownTopicOrPartition) {
-		return nil, fmt.Errorf("topic %s does not exist", topic)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("list start offsets of %s: %w", topic, err)
-	}
-	ends, err := adm.ListEndOffsets(ctx, topic)
-	if err == nil {
-		err = ends.Error()
-	}
-	if err != nil {
-		return nil, fmt.Errorf("list end offsets of %s: %w", topic, err)
-	}
-	var byTime kadm.ListedOffsets
-	if !target.earliest && target.offset < 0 {
-		byTime, err = adm.ListOffsetsAfterMilli(ctx, target.at.UnixMilli(), topic)
-		if err == nil {
-			err = byTime.Error()
-		}
-		if err != nil {
-			return nil, fmt.Errorf("list offsets of %s after %s: %w", topic, target.at.Format(time.RFC3339), err)
-		}
-	}
-	committed, err := adm.FetchOffsets(ctx, group)
-	if err == nil {
-		err = committed.Error()
-	}
-	if err != nil && !errors.Is(err, kerr.GroupIDNotFound) {
-		return nil, fmt.Errorf("fetch committed offsets of group %s: %w", group, err)
-	}
-	var all []int32
-	for p := range starts[topic] {
-		all = append(all, p)
-	}
-	slices.Sort(all)
-	if chosen == nil {
-		chosen = all
-	}
-	rows := make([]replayRow, 0, len(chosen))
-	for _, p := range chosen {
-		if !slices.Contains(all, p) {
-			return nil, usageError(fmt.Errorf("--partitions: topic %s has no partition %d (it has %d)", topic, p, len(all)))
-		}
-		start, _ := starts.Lookup(topic, p)
-		end, _ := ends.Lookup(topic, p)
-		r := replayRow{partition: p, before: -1, start: start.Offset, end: end.Offset, clampedFrom: -1}
-		if c, ok := committed.Lookup(topic, p); ok && c.Err == nil && c.At >= 0 {
-			r.before = c.At
-		}
-		switch {
-		case target.earliest:
-			r.after = r.start
-		case target.offset >= 0:
-			r.after = min(max(target.offset, r.start), r.end)
-			if r.after != target.offset {
-				r.clampedFrom = target.offset
-			}
-		default:
-			o, _ := byTime.Lookup(topic, p)
-			r.after = o.Offset
-			if o.Offset < 0 || o.Offset >= r.end {
-				r.after, r.noRecordAfter = r.end, true
-			}
-		}
-		rows = append(rows, r)
-	}
-	return rows, nil
-}
-
-// printReplay prints a heading and the offsets before and after, per
-// partition.
-func printReplay(w io.Writer, heading string, rows []replayRow) {
+// printRows prints a heading and each partition's offsets now and after.
+func printRows(w io.Writer, heading string, rows []replay.Row) {
 	fmt.Fprintln(w, heading)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "PARTITION\tBEFORE\tAFTER\tSTART\tEND\tNOTE")
+	fmt.Fprintln(tw, "PARTITION\tNOW\tAFTER\tRE-READ\tSTART\tEND\tNOTE")
 	for _, r := range rows {
-		before := "none"
-		if r.before >= 0 {
-			before = strconv.FormatInt(r.before, 10)
+		now, reread := "none", "-"
+		if r.Now >= 0 {
+			now, reread = strconv.FormatInt(r.Now, 10), strconv.FormatInt(r.Reread(), 10)
 		}
-		note := ""
+		var notes []string
 		switch {
-		case r.clampedFrom >= 0:
-			note = fmt.Sprintf("offset %d is outside the partition's range %d..%d; clamped", r.clampedFrom, r.start, r.end)
-		case r.noRecordAfter:
-			note = "no record at or after that time; set to the end"
+		case r.ClampedFrom >= 0:
+			notes = append(notes, fmt.Sprintf("offset %d is outside the partition's range %d..%d; clamped", r.ClampedFrom, r.Start, r.End))
+		case r.NoRecordAfter:
+			notes = append(notes, "no record at or after that time; set to the end")
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%d\t%d\t%d\t%s\n", r.partition, before, r.after, r.start, r.end, note)
+		if n := r.Skipped(); n > 0 {
+			notes = append(notes, fmt.Sprintf("skips %d records, never read", n))
+		}
+		if r.Now < 0 {
+			notes = append(notes, "nothing committed")
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%d\t%s\t%d\t%d\t%s\n", r.Partition, now, r.After, reread, r.Start, r.End, strings.Join(notes, "; "))
 	}
 	_ = tw.Flush()
 }

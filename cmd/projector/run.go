@@ -18,7 +18,6 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
-	"github.com/twmb/franz-go/plugin/kprom"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 
@@ -31,6 +30,7 @@ import (
 	"github.com/projector/projector/internal/fence"
 	"github.com/projector/projector/internal/health"
 	"github.com/projector/projector/internal/httpserver"
+	"github.com/projector/projector/internal/kafkametrics"
 	"github.com/projector/projector/internal/project"
 	"github.com/projector/projector/internal/trace"
 )
@@ -292,14 +292,14 @@ func serve(ctx context.Context, f *runFlags, log *zap.Logger, reg *prometheus.Re
 			}
 			return dlq.DefaultMaxMessageBytes
 		}),
-		kgo.WithHooks(kprom.NewMetrics("projector_kafka_dlq", kprom.Registerer(reg))))...)
+		kgo.WithHooks(kafkametrics.Metrics("projector_kafka_dlq", reg)))...)
 	if err != nil {
 		return fmt.Errorf("kafka producer client: %w", err)
 	}
 	defer producer.Close()
 	large, err := kgo.NewClient(append(base, kgo.ClientID("projector-dlq-large"), compress,
 		kgo.ProducerBatchMaxBytes(dlq.MaxLargeBytes), kgo.ProducerLinger(0),
-		kgo.WithHooks(kprom.NewMetrics("projector_kafka_dlq_large", kprom.Registerer(reg))))...)
+		kgo.WithHooks(kafkametrics.Metrics("projector_kafka_dlq_large", reg)))...)
 	if err != nil {
 		return fmt.Errorf("kafka producer client: %w", err)
 	}
@@ -335,7 +335,7 @@ func serve(ctx context.Context, f *runFlags, log *zap.Logger, reg *prometheus.Re
 		StallTimeout: f.livenessTimeout,
 	}, log.With(zap.String("component", "consume")), reg, status, proj,
 		project.NewFencing(st.relational, st.graph, f.instanceID, f.indexWrite, nil, faults), append(base, kgo.ClientID("projector"),
-			kgo.WithHooks(kprom.NewMetrics("projector_kafka", kprom.Registerer(reg))))...)
+			kgo.WithHooks(kafkametrics.Metrics("projector_kafka", reg)))...)
 	if err != nil {
 		return err
 	}

@@ -106,7 +106,7 @@ func resolveSecrets(fs *flag.FlagSet, getenv func(string) string) error {
 		case *secretFile:
 			err = v.resolve(f.Name, getenv)
 		case *commandLineSecret:
-			v.onCommandLine = v.String() != "" && v.String() != getenv(variable(fs.Name(), f.Name)) && f.DefValue != v.String()
+			v.onCommandLine = v.String() != "" && v.String() != getenv(variableOf(fs.Name(), f.Name)) && f.DefValue != v.String()
 		}
 	})
 	return err

@@ -386,7 +386,7 @@ func New(cfg Config, log *zap.Logger, reg prometheus.Registerer, h *health.Statu
 		resumes: make(chan resumeRequest, 16),
 	}
 	c.workCtx, c.cancelWork = context.WithCancel(context.Background())
-	c.m = newMetrics(reg, c.pendingAges)
+	c.m = newMetrics(reg, cfg.Topic, c.pendingAges)
 	clientCtx, abortClient := context.WithCancel(context.Background())
 	c.abortClient = abortClient
 	opts := append([]kgo.Opt{}, base...)
@@ -552,6 +552,11 @@ func (c *Consumer) refreshLag(ctx context.Context) {
 			continue // polls and commits still update the gauge; the next tick tries again
 		}
 		c.lagRead.Store(time.Now().UnixNano())
+		counts := map[string]int{}
+		ends.Each(func(o kadm.ListedOffset) { counts[o.Topic]++ })
+		for topic, n := range counts {
+			c.m.partitions.WithLabelValues(topic).Set(float64(n))
+		}
 		// Under mu, so a partition revoked meanwhile is not given a
 		// series again after stopWorkers removed it.
 		c.mu.Lock()
@@ -576,7 +581,9 @@ func (c *Consumer) assigned(_ context.Context, cl *kgo.Client, parts map[string]
 			go w.run(ctx)
 			c.log.Info("partition assigned", zap.String("topic", topic), zap.Int32("partition", p))
 		}
+		c.m.assignments.WithLabelValues(topic).Add(float64(len(ps)))
 	}
+	c.countOwned()
 	c.joined.Store(true)
 	if c.health.Recover("consumer") {
 		c.log.Info("joined group", zap.String("group", c.cfg.Group))
@@ -590,14 +597,14 @@ func (c *Consumer) assigned(_ context.Context, cl *kgo.Client, parts map[string]
 // uncommitted, so the member never writes on after the group has moved the
 // partition on.
 func (c *Consumer) revoked(_ context.Context, cl *kgo.Client, parts map[string][]int32) {
-	c.stopWorkers(cl, parts, "revoked")
+	c.stopWorkers(cl, parts, revokedCleanly)
 }
 
 // lost stops the workers of partitions lost without a clean revoke (the
 // session expired): another member may own them already, so their
 // in-flight batches are cancelled at once and nothing more is committed.
 func (c *Consumer) lost(_ context.Context, cl *kgo.Client, parts map[string][]int32) {
-	c.stopWorkers(cl, parts, "lost")
+	c.stopWorkers(cl, parts, lostSession)
 	c.joined.Store(false)
 	c.health.Fail("consumer", "lost the group session; rejoining")
 }
@@ -610,14 +617,16 @@ func (c *Consumer) stopWorkers(cl *kgo.Client, parts map[string][]int32, why str
 			k := partitionKey{topic, p}
 			if w := c.workers[k]; w != nil {
 				close(w.quit)
-				if why == "lost" {
+				if why == lostSession {
 					w.cancel()
 				}
 				stopping = append(stopping, w)
 				delete(c.workers, k)
+				c.m.revocations.WithLabelValues(topic, why).Inc()
 			}
 		}
 	}
+	c.countOwned()
 	c.mu.Unlock()
 	deadline := time.NewTimer(c.cfg.RevokeTimeout)
 	defer deadline.Stop()
@@ -639,6 +648,19 @@ func (c *Consumer) stopWorkers(cl *kgo.Client, parts map[string][]int32, why str
 		cl.ResumeFetchPartitions(map[string][]int32{w.topic: {w.partition}})
 		c.m.forget(w.topic, w.partition)
 		c.log.Info("partition "+why, zap.String("topic", w.topic), zap.Int32("partition", w.partition))
+	}
+}
+
+// countOwned sets projector_partitions_owned from the workers, one per
+// owned partition; under mu. The configured topic is always set, to 0 when
+// none of its partitions is owned.
+func (c *Consumer) countOwned() {
+	counts := map[string]int{c.cfg.Topic: 0}
+	for k := range c.workers {
+		counts[k.topic]++
+	}
+	for topic, n := range counts {
+		c.m.owned.WithLabelValues(topic).Set(float64(n))
 	}
 }
 

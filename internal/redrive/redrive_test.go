@@ -2,7 +2,9 @@ package redrive
 
 import (
 	"context"
+	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -171,5 +173,39 @@ func TestDefaultGroup(t *testing.T) {
 				t.Errorf("DefaultGroup = %q, want %q", got, tt.want)
 			}
 		})
+	}
+}
+
+// A position keeps the marks of the selections that sent past its
+// committed offset, reads back what it wrote, and refuses to grow past
+// what a broker keeps of a commit's metadata.
+func TestPositionMarks(t *testing.T) {
+	tooLarge := Selection{Reasons: []string{"too_large"}, To: -1}
+	p := position{committed: 4}.advance(tooLarge, 10, 5)
+	if p.committed != 5 || len(p.marks) != 1 || p.marks[0].Below != 10 {
+		t.Fatalf("advance = %+v, want committed 5 and a mark of too_large below 10", p)
+	}
+	md, err := p.metadata()
+	if err != nil {
+		t.Fatal(err)
+	}
+	back := parsePosition(5, md)
+	sent := &kgo.Record{Offset: 7, Headers: []kgo.RecordHeader{{Key: dlq.HeaderReason, Value: []byte("too_large")}}}
+	other := &kgo.Record{Offset: 7, Headers: []kgo.RecordHeader{{Key: dlq.HeaderReason, Value: []byte("not_json")}}}
+	if !back.sent(sent) || back.sent(other) {
+		t.Errorf("read back from %q: too_large at 7 sent %v, not_json at 7 sent %v; want true, false", md, back.sent(sent), back.sent(other))
+	}
+	if p := back.advance(Selection{To: -1}, 12, -1); p.committed != 12 || len(p.marks) != 0 {
+		t.Errorf("a selection that sent everything: %+v, want committed 12 and no mark", p)
+	}
+	if p := parsePosition(3, "member-1"); p.committed != 3 || len(p.marks) != 0 {
+		t.Errorf("metadata of another committer: %+v, want the offset alone", p)
+	}
+	full := position{committed: 0}
+	for i := range 200 {
+		full = full.advance(Selection{Reasons: []string{strings.Repeat("r", 20) + strconv.Itoa(i)}, To: -1}, 100, 0)
+	}
+	if _, err := full.metadata(); !errors.Is(err, ErrPositionFull) {
+		t.Errorf("metadata of 200 selections: %v, want ErrPositionFull", err)
 	}
 }
