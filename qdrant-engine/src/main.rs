@@ -95,6 +95,11 @@ async fn run(cfg: Config) -> Result<(), String> {
         .await
         .map_err(|e| format!("load storage: {e}"))?
         .map_err(|e| format!("load storage {}: {e}", cfg.storage.storage_path.display()))?;
+    let unloadable = storage.unloadable();
+    if !unloadable.is_empty() {
+        let names: Vec<&str> = unloadable.keys().map(String::as_str).collect();
+        log::error!("serving without the collections that cannot be loaded: {}", names.join(", "));
+    }
     let storage = Arc::new(storage);
 
     let grpc_addr = addr(&cfg.service.host, cfg.service.grpc_port)?;

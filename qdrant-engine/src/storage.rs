@@ -3,13 +3,22 @@
 //! Layout under `storage_path`:
 //!
 //! ```text
+//! .qdrant-engine                     this server's marker: the directory is its own
+//! collections/<name>/.qdrant-engine  the marker again, in every directory it creates
 //! collections/<name>/shard/          the engine's shard: segments and WAL
 //! collections/<name>/collection.pb   the CreateCollection it was made with
-//!                                    (strict mode updates merged in); written
-//!                                    last, so a directory without it is a
-//!                                    create that did not finish
+//!                                    (updates merged in)
+//! collections/.creating-<uuid>/      a create under way, renamed to <name> once whole
+//! collections/.deleted-<uuid>/       a delete under way, removed once renamed
 //! aliases.json                       alias -> collection
 //! ```
+//!
+//! Nothing without the marker is ever removed or loaded: a directory this
+//! server did not make is left as it is, and a storage that holds a Qdrant
+//! server's collections (`collections/<name>/config.json`) is refused at
+//! start, since both servers default to `./storage`. At start an interrupted
+//! create is discarded and an interrupted delete finished; a collection that
+//! cannot be loaded is named in the log and not served, and the others are.
 //!
 //! Every method here does blocking I/O or engine work: callers on an async
 //! runtime run them with `spawn_blocking`. The state lock is held only to
@@ -37,6 +46,11 @@ use crate::error::ApiError;
 const META_FILE: &str = "collection.pb";
 const SHARD_DIR: &str = "shard";
 const ALIASES_FILE: &str = "aliases.json";
+/// The marker this server writes into every directory it makes, first.
+const MARKER_FILE: &str = ".qdrant-engine";
+const MARKER: &[u8] = b"qdrant-engine storage 1\n";
+const CREATING_PREFIX: &str = ".creating-";
+const DELETED_PREFIX: &str = ".deleted-";
 /// How long a delete waits for calls still running on the collection.
 const DELETE_DRAIN: Duration = Duration::from_secs(30);
 
@@ -51,6 +65,9 @@ pub struct Storage {
 #[derive(Default)]
 struct State {
     collections: HashMap<String, Arc<Collection>>,
+    /// Collections on disk that could not be loaded at start, with why:
+    /// not served, their names taken, their files kept until a delete.
+    unloadable: BTreeMap<String, String>,
     aliases: BTreeMap<String, String>,
 }
 
@@ -65,11 +82,15 @@ pub struct Collection {
 }
 
 impl Storage {
-    /// Loads every collection under `root`, replaying each shard's WAL, and
-    /// clears what an interrupted create or delete left behind.
+    /// Loads every collection under `root`, replaying each shard's WAL;
+    /// discards interrupted creates and finishes interrupted deletes. Refuses
+    /// a directory that holds a Qdrant server's storage, or files it did not
+    /// write; starts without the collections it cannot load, naming them.
     pub fn open(root: &Path) -> Result<Self, String> {
         let collections_dir = root.join("collections");
+        check_not_foreign(root)?;
         std::fs::create_dir_all(&collections_dir).map_err(|e| format!("create {}: {e}", collections_dir.display()))?;
+        adopt_or_mark(root, &collections_dir)?;
         let mut state = State::default();
         let entries =
             std::fs::read_dir(&collections_dir).map_err(|e| format!("read {}: {e}", collections_dir.display()))?;
@@ -77,15 +98,52 @@ impl Storage {
             let entry = entry.map_err(|e| format!("read {}: {e}", collections_dir.display()))?;
             let dir = entry.path();
             let name = entry.file_name().to_string_lossy().into_owned();
-            if !dir.join(META_FILE).exists() {
-                log::warn!("removing {}: a collection whose create or delete did not finish", dir.display());
+            if name == MARKER_FILE {
+                continue;
+            }
+            if !dir.is_dir() {
+                log::warn!("ignoring {}: not a directory qdrant-engine made", dir.display());
+                continue;
+            }
+            if !has_marker(&dir) {
+                log::warn!(
+                    "ignoring {}: it has no {MARKER_FILE} marker, so qdrant-engine did not make it",
+                    dir.display()
+                );
+                if !name.starts_with('.') {
+                    state.unloadable.insert(name, format!("{} was not made by qdrant-engine", dir.display()));
+                }
+                continue;
+            }
+            if name.starts_with(CREATING_PREFIX) || name.starts_with(DELETED_PREFIX) {
+                let what = if name.starts_with(CREATING_PREFIX) {
+                    "discarding an unfinished create"
+                } else {
+                    "finishing a delete"
+                };
+                log::warn!("{what}: removing {}", dir.display());
                 std::fs::remove_dir_all(&dir).map_err(|e| format!("remove {}: {e}", dir.display()))?;
                 continue;
             }
+            if name.starts_with('.') {
+                log::warn!("ignoring {}: no collection name starts with a dot", dir.display());
+                continue;
+            }
             let started = Instant::now();
-            let c = Collection::load(&dir).map_err(|e| format!("load collection {name}: {e}"))?;
-            log::info!("loaded collection {name} in {:?}", started.elapsed());
-            state.collections.insert(name, Arc::new(c));
+            // The engine may panic on files it cannot read: that, too, is a
+            // collection that cannot be loaded, not a server that cannot start.
+            let loaded = std::panic::catch_unwind(|| Collection::load(&dir))
+                .unwrap_or_else(|_| Err("the engine panicked loading it".into()));
+            match loaded {
+                Ok(c) => {
+                    log::info!("loaded collection {name} in {:?}", started.elapsed());
+                    state.collections.insert(name, Arc::new(c));
+                }
+                Err(e) => {
+                    log::error!("collection {name} cannot be loaded and is not served: {e}");
+                    state.unloadable.insert(name, e);
+                }
+            }
         }
         let aliases_file = root.join(ALIASES_FILE);
         if aliases_file.exists() {
@@ -93,9 +151,16 @@ impl Storage {
                 std::fs::read_to_string(&aliases_file).map_err(|e| format!("read {}: {e}", aliases_file.display()))?;
             state.aliases =
                 serde_json::from_str(&text).map_err(|e| format!("parse {}: {e}", aliases_file.display()))?;
-            state.aliases.retain(|_, c| state.collections.contains_key(c));
+            // An alias of a collection that is on disk but not loaded is
+            // kept: it works again once the collection loads.
+            state.aliases.retain(|_, c| state.collections.contains_key(c) || state.unloadable.contains_key(c));
         }
         Ok(Self { collections_dir, aliases_file, state: RwLock::new(state), changes: Mutex::new(()) })
+    }
+
+    /// The collections on disk that could not be loaded, with why.
+    pub fn unloadable(&self) -> BTreeMap<String, String> {
+        self.state.read().expect("state lock").unloadable.clone()
     }
 
     /// The collection named `name`, directly or by an alias.
@@ -129,14 +194,14 @@ impl Storage {
         check_name(&name)?;
         {
             let state = self.state.read().expect("state lock");
-            if state.collections.contains_key(&name) {
+            if state.collections.contains_key(&name) || state.unloadable.contains_key(&name) {
                 return Err(ApiError::AlreadyExists(format!("Collection `{name}` already exists!")));
             }
             if state.aliases.contains_key(&name) {
                 return Err(ApiError::AlreadyExists(format!("Alias with name `{name}` already exists!")));
             }
         }
-        let c = Collection::create(&self.collections_dir.join(&name), req)?;
+        let c = Collection::create(&self.collections_dir, &name, req)?;
         self.state.write().expect("state lock").collections.insert(name, Arc::new(c));
         Ok(())
     }
@@ -170,29 +235,46 @@ impl Storage {
         })
     }
 
-    /// Deletes a collection and its aliases; false when there was none.
+    /// Deletes a collection and its aliases; false when there was none. A
+    /// collection that could not be loaded at start is deleted too.
     pub fn delete(&self, name: &str) -> Result<bool, ApiError> {
         let _changes = self.changes.lock().expect("changes lock");
-        let removed = {
+        let (removed, unloadable) = {
             let mut state = self.state.write().expect("state lock");
             let removed = state.collections.remove(name);
-            if removed.is_some() {
+            let unloadable = state.unloadable.remove(name).is_some();
+            if removed.is_some() || unloadable {
                 state.aliases.retain(|_, c| c != name);
             }
-            removed
+            (removed, unloadable)
         };
-        let Some(c) = removed else { return Ok(false) };
+        let dir = match removed {
+            Some(c) => {
+                // Calls already running hold the collection: let them end
+                // before its files go, so none writes into a directory being
+                // removed.
+                let deadline = Instant::now() + DELETE_DRAIN;
+                while Arc::strong_count(&c) > 1 && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                c.dir.clone()
+            }
+            None if unloadable => self.collections_dir.join(name),
+            None => return Ok(false),
+        };
         self.save_aliases()?;
-        // Calls already running hold the collection: let them end before
-        // its files go, so none writes into a directory being removed.
-        let deadline = Instant::now() + DELETE_DRAIN;
-        while Arc::strong_count(&c) > 1 && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(10));
+        if !has_marker(&dir) {
+            // Not ours (an unloadable entry can be a foreign directory):
+            // forget it, keep its files.
+            log::warn!("collection {name} deleted; {} left in place: qdrant-engine did not make it", dir.display());
+            return Ok(true);
         }
-        let dir = c.dir.clone();
-        drop(c);
-        let trash = self.collections_dir.join(format!(".deleted-{}", Uuid::new_v4()));
+        // A rename first: a delete killed half-way leaves a .deleted-
+        // directory, which the next start removes, never a collection with
+        // part of its files.
+        let trash = self.collections_dir.join(format!("{DELETED_PREFIX}{}", Uuid::new_v4()));
         std::fs::rename(&dir, &trash).map_err(|e| ApiError::Internal(format!("move {} away: {e}", dir.display())))?;
+        sync_dir(&self.collections_dir)?;
         std::fs::remove_dir_all(&trash).map_err(|e| ApiError::Internal(format!("remove {}: {e}", trash.display())))?;
         Ok(true)
     }
@@ -265,7 +347,10 @@ impl Storage {
 }
 
 impl Collection {
-    fn create(dir: &Path, req: grpc::CreateCollection) -> Result<Self, ApiError> {
+    /// Makes the collection in a `.creating-` directory and renames it to
+    /// its name once whole, so that a directory named as a collection is
+    /// always a complete one.
+    fn create(collections_dir: &Path, name: &str, req: grpc::CreateCollection) -> Result<Self, ApiError> {
         if let Some(strict) = &req.strict_mode_config {
             check_strict_mode(strict)?;
         }
@@ -275,24 +360,33 @@ impl Collection {
         if req.sparse_vectors_config.as_ref().is_some_and(|s| !s.map.is_empty()) {
             return Err(ApiError::unsupported("A sparse vector"));
         }
-        let sizes = vector_sizes(&req)?;
         let mut builder = EdgeConfigBuilder::new();
         for (name, params) in vector_params(&req)? {
             builder = builder.vector(name, params.build());
         }
-        std::fs::create_dir_all(dir).map_err(|e| ApiError::Internal(format!("create {}: {e}", dir.display())))?;
-        let made = EdgeShard::new(&dir.join(SHARD_DIR), builder.build())
-            .map_err(ApiError::from)
-            .and_then(|shard| write_atomically(&dir.join(META_FILE), &req.encode_to_vec()).map(|()| shard));
-        match made {
-            Ok(shard) => Ok(Self { dir: dir.to_path_buf(), shard, meta: Mutex::new(req), sizes }),
-            Err(e) => {
-                // Leave no half-made collection to stand in the way of the
-                // next create of this name.
-                let _ = std::fs::remove_dir_all(dir);
-                Err(e)
-            }
+        let dir = collections_dir.join(name);
+        if dir.exists() {
+            return Err(ApiError::AlreadyExists(format!("Collection `{name}` already exists!")));
         }
+        let tmp = collections_dir.join(format!("{CREATING_PREFIX}{}", Uuid::new_v4()));
+        let make = || -> Result<(), ApiError> {
+            std::fs::create_dir(&tmp).map_err(|e| ApiError::Internal(format!("create {}: {e}", tmp.display())))?;
+            write_marker(&tmp)?;
+            // The shard is closed (and flushed) before the rename: it keeps
+            // its path, and is opened again where it now lives.
+            drop(EdgeShard::new(&tmp.join(SHARD_DIR), builder.build())?);
+            write_atomically(&tmp.join(META_FILE), &req.encode_to_vec())?;
+            std::fs::rename(&tmp, &dir)
+                .map_err(|e| ApiError::Internal(format!("rename {} to {}: {e}", tmp.display(), dir.display())))?;
+            sync_dir(collections_dir)
+        };
+        if let Err(e) = make() {
+            // Leave no half-made collection behind; the next start would
+            // remove it anyway.
+            let _ = std::fs::remove_dir_all(&tmp);
+            return Err(e);
+        }
+        Self::load(&dir).map_err(ApiError::Internal)
     }
 
     fn load(dir: &Path) -> Result<Self, String> {
@@ -474,6 +568,76 @@ fn vector_sizes(req: &grpc::CreateCollection) -> Result<HashMap<String, usize>, 
     Ok(vector_params(req)?.into_iter().map(|(name, p)| (name, p.build().size)).collect())
 }
 
+/// Refuses a storage directory that holds a Qdrant server's data: its
+/// collections have a `config.json`, its root a `raft_state.json` or
+/// `aliases/data.json`. Both servers default to `./storage`, and this one
+/// must never take the other's data for its own.
+fn check_not_foreign(root: &Path) -> Result<(), String> {
+    let refuse = |what: &Path| {
+        Err(format!(
+            "{} holds a Qdrant server's storage ({} exists); qdrant-engine does not start on it and has changed nothing: give it a storage_path of its own",
+            root.display(),
+            what.display()
+        ))
+    };
+    for sign in ["raft_state.json", "aliases/data.json"] {
+        if root.join(sign).exists() {
+            return refuse(&root.join(sign));
+        }
+    }
+    let Ok(entries) = std::fs::read_dir(root.join("collections")) else { return Ok(()) };
+    for entry in entries.flatten() {
+        let config = entry.path().join("config.json");
+        if config.exists() {
+            return refuse(&config);
+        }
+    }
+    Ok(())
+}
+
+/// Marks a new storage directory as this server's. One without the marker
+/// that already holds collections is taken on only when each of them is in
+/// this server's earlier layout (a `collection.pb` beside a `shard`): the
+/// marker is added to each; anything else there is refused.
+fn adopt_or_mark(root: &Path, collections_dir: &Path) -> Result<(), String> {
+    if has_marker(root) {
+        return Ok(());
+    }
+    let entries: Vec<PathBuf> = std::fs::read_dir(collections_dir)
+        .map_err(|e| format!("read {}: {e}", collections_dir.display()))?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<Result<_, _>>()
+        .map_err(|e| format!("read {}: {e}", collections_dir.display()))?;
+    let earlier = |p: &PathBuf| p.join(META_FILE).is_file() && p.join(SHARD_DIR).is_dir();
+    if let Some(foreign) = entries.iter().find(|p| !earlier(p)) {
+        return Err(format!(
+            "{} has no {MARKER_FILE} marker and holds {}, which qdrant-engine did not write; it does not start on it and has changed nothing: give it a storage_path of its own",
+            root.display(),
+            foreign.display()
+        ));
+    }
+    for dir in &entries {
+        log::info!("taking on {} of an earlier qdrant-engine: adding its marker", dir.display());
+        write_marker(dir).map_err(|e| e.to_string())?;
+    }
+    write_marker(collections_dir).map_err(|e| e.to_string())?;
+    write_marker(root).map_err(|e| e.to_string())
+}
+
+fn has_marker(dir: &Path) -> bool {
+    std::fs::read(dir.join(MARKER_FILE)).is_ok_and(|b| b == MARKER)
+}
+
+fn write_marker(dir: &Path) -> Result<(), ApiError> {
+    write_atomically(&dir.join(MARKER_FILE), MARKER)
+}
+
+fn sync_dir(dir: &Path) -> Result<(), ApiError> {
+    std::fs::File::open(dir)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| ApiError::Internal(format!("sync {}: {e}", dir.display())))
+}
+
 /// Writes `path` through a temporary file and a rename, so a crash leaves
 /// the old content or the new, never a part.
 fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), ApiError> {
@@ -550,12 +714,87 @@ mod tests {
     }
 
     #[test]
-    fn an_unfinished_create_is_cleared_at_start() {
-        let dir = temp_dir("unfinished");
+    fn a_qdrant_servers_storage_is_refused_and_left_as_it_is() {
+        let dir = temp_dir("server");
+        let users = dir.join("collections/users");
+        std::fs::create_dir_all(users.join("0/segments/3a1b")).unwrap();
+        std::fs::write(users.join("config.json"), "{}").unwrap();
+        std::fs::write(users.join("0/segments/3a1b/segment.json"), "{}").unwrap();
+        let err = Storage::open(&dir).err().expect("a server's storage is refused");
+        assert!(err.contains("Qdrant server's storage") && err.contains("config.json"), "got {err}");
+        assert!(users.join("0/segments/3a1b/segment.json").exists(), "nothing of it is removed");
+        assert!(!dir.join(MARKER_FILE).exists(), "nothing is added to it");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn files_it_did_not_write_are_refused_and_kept() {
+        let dir = temp_dir("foreign");
         std::fs::create_dir_all(dir.join("collections/half/shard")).unwrap();
+        let err = Storage::open(&dir).err().expect("an unmarked storage with other files is refused");
+        assert!(err.contains("did not write"), "got {err}");
+        assert!(dir.join("collections/half/shard").exists());
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn interrupted_creates_and_deletes_are_cleared_and_foreign_ones_kept() {
+        let dir = temp_dir("leftovers");
+        Storage::open(&dir).unwrap().create(create("c", 4)).unwrap();
+        let cols = dir.join("collections");
+        for left in [".creating-1", ".deleted-2"] {
+            std::fs::create_dir_all(cols.join(left).join("shard")).unwrap();
+            write_marker(&cols.join(left)).unwrap();
+        }
+        std::fs::create_dir_all(cols.join(".deleted-3")).unwrap();
+        std::fs::create_dir_all(cols.join("theirs")).unwrap();
+        std::fs::write(cols.join("stray.txt"), "x").unwrap();
         let s = Storage::open(&dir).unwrap();
-        assert!(s.names().is_empty());
-        assert!(!dir.join("collections/half").exists());
+        assert!(!cols.join(".creating-1").exists(), "an unfinished create is discarded");
+        assert!(!cols.join(".deleted-2").exists(), "an unfinished delete is finished");
+        assert!(cols.join(".deleted-3").exists() && cols.join("theirs").exists(), "unmarked ones are kept");
+        assert!(cols.join("stray.txt").exists());
+        assert_eq!(s.names(), vec!["c".to_string()]);
+        assert!(matches!(s.create(create("theirs", 4)), Err(ApiError::AlreadyExists(_))));
+        assert!(s.delete("theirs").unwrap());
+        assert!(cols.join("theirs").exists(), "a delete leaves a directory it did not make");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn a_collection_that_cannot_load_is_named_and_the_rest_served() {
+        let dir = temp_dir("unloadable");
+        {
+            let s = Storage::open(&dir).unwrap();
+            s.create(create("good", 4)).unwrap();
+            s.create(create("bad", 4)).unwrap();
+        }
+        std::fs::write(dir.join("collections/bad").join(META_FILE), b"\xff\xff not a message").unwrap();
+        let s = Storage::open(&dir).unwrap();
+        assert_eq!(s.names(), vec!["good".to_string()]);
+        let unloadable = s.unloadable();
+        assert!(unloadable.get("bad").is_some_and(|why| why.contains(META_FILE)), "got {unloadable:?}");
+        assert!(matches!(s.create(create("bad", 4)), Err(ApiError::AlreadyExists(_))));
+        assert!(s.delete("bad").unwrap(), "a collection that cannot load can be deleted");
+        assert!(!dir.join("collections/bad").exists());
+        s.create(create("bad", 4)).unwrap();
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn an_earlier_qdrant_engines_storage_is_taken_on() {
+        let dir = temp_dir("earlier");
+        Storage::open(&dir).unwrap().create(create("c", 4)).unwrap();
+        for marker in [
+            dir.join(MARKER_FILE),
+            dir.join("collections").join(MARKER_FILE),
+            dir.join("collections/c").join(MARKER_FILE),
+        ] {
+            std::fs::remove_file(marker).unwrap();
+        }
+        let s = Storage::open(&dir).unwrap();
+        assert_eq!(s.names(), vec!["c".to_string()]);
+        assert!(has_marker(&dir) && has_marker(&dir.join("collections/c")));
         std::fs::remove_dir_all(dir).unwrap();
     }
 
