@@ -25,10 +25,10 @@ pub fn point_id(id: Option<grpc::PointId>) -> Result<PointId, ApiError> {
     use grpc::point_id::PointIdOptions;
     match id.and_then(|id| id.point_id_options) {
         Some(PointIdOptions::Num(n)) => Ok(PointId::NumId(n)),
-        Some(PointIdOptions::Uuid(s)) => Uuid::parse_str(&s)
-            .map(PointId::Uuid)
-            .map_err(|e| ApiError::BadInput(format!("Unable to parse UUID: {s}: {e}"))),
-        None => Err(ApiError::BadInput("Empty ID is not allowed".into())),
+        Some(PointIdOptions::Uuid(s)) => {
+            Uuid::parse_str(&s).map(PointId::Uuid).map_err(|_| ApiError::Invalid(format!("Unable to parse UUID: {s}")))
+        }
+        None => Err(ApiError::Invalid("Empty ID is not allowed".into())),
     }
 }
 
@@ -125,8 +125,12 @@ fn filter_json(f: grpc::Filter) -> Result<Json, ApiError> {
     Ok(Json::Object(out))
 }
 
+/// The conditions of a clause; an empty one is left out, as the server
+/// leaves it out.
 fn conditions_json(conds: Vec<grpc::Condition>) -> Result<Json, ApiError> {
-    Ok(Json::Array(conds.into_iter().map(condition_json).collect::<Result<_, _>>()?))
+    Ok(Json::Array(
+        conds.into_iter().filter(|c| c.condition_one_of.is_some()).map(condition_json).collect::<Result<_, _>>()?,
+    ))
 }
 
 fn condition_json(c: grpc::Condition) -> Result<Json, ApiError> {
@@ -144,7 +148,7 @@ fn condition_json(c: grpc::Condition) -> Result<Json, ApiError> {
             Ok(json!({"nested": {"key": n.key, "filter": inner}}))
         }
         Some(ConditionOneOf::HasVector(h)) => Ok(json!({"has_vector": h.has_vector})),
-        None => Err(ApiError::BadInput("Condition is empty".into())),
+        None => Ok(json!({})),
     }
 }
 
@@ -238,7 +242,7 @@ pub fn vectors(v: Option<grpc::Vectors>, sizes: &HashMap<String, usize>) -> Resu
             }
             Ok(VectorStructPersisted::Named(out))
         }
-        None => Err(ApiError::BadInput("Vectors are required".into())),
+        None => Err(ApiError::Invalid("Expected some vectors".into())),
     }
 }
 
@@ -359,7 +363,7 @@ mod tests {
     fn an_unparsable_uuid_is_wrong_input() {
         let id = grpc::PointId { point_id_options: Some(grpc::point_id::PointIdOptions::Uuid("nope".into())) };
         let err = point_id(Some(id)).unwrap_err();
-        assert!(matches!(err, ApiError::BadInput(ref m) if m.contains("nope")), "got {err:?}");
+        assert_eq!(err, ApiError::Invalid("Unable to parse UUID: nope".into()));
     }
 
     #[test]

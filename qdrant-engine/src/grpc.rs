@@ -21,6 +21,7 @@ use tonic::{Request, Response, Status};
 use crate::convert;
 use crate::error::ApiError;
 use crate::storage::{Collection, Storage};
+use crate::validate::Check;
 
 /// The Qdrant API version whose protocol this server speaks: that of the
 /// `qdrant-client` crate its services are generated from.
@@ -87,6 +88,7 @@ impl Collections for CollectionsService {
         let t = Instant::now();
         let storage = self.storage.clone();
         let name = req.into_inner().collection_name;
+        Check::default().collection("collection_name", &name).done()?;
         let result = blocking(move || collection_info(&storage, &name)).await?;
         Ok(Response::new(grpc::GetCollectionInfoResponse { result: Some(result), time: secs(t) }))
     }
@@ -105,6 +107,15 @@ impl Collections for CollectionsService {
         req: Request<grpc::CreateCollection>,
     ) -> Result<Response<grpc::CollectionOperationResponse>, Status> {
         let req = req.into_inner();
+        Check::default()
+            .new_collection("collection_name", &req.collection_name)
+            .vectors_config("vectors_config", req.vectors_config.as_ref())
+            .at_least("shard_number", req.shard_number.map(u64::from), 1)
+            .at_least("replication_factor", req.replication_factor.map(u64::from), 1)
+            .at_least("write_consistency_factor", req.write_consistency_factor.map(u64::from), 1)
+            .settings(req.hnsw_config.as_ref(), req.wal_config.as_ref(), req.optimizers_config.as_ref())
+            .strict_mode(req.strict_mode_config.as_ref())
+            .done()?;
         self.change(move |s| s.create(req).map(|()| true)).await
     }
 
@@ -113,6 +124,19 @@ impl Collections for CollectionsService {
         req: Request<grpc::UpdateCollection>,
     ) -> Result<Response<grpc::CollectionOperationResponse>, Status> {
         let req = req.into_inner();
+        let params = req.params.as_ref();
+        Check::default()
+            .collection("collection_name", &req.collection_name)
+            .at_least("params.replication_factor", params.and_then(|p| p.replication_factor).map(u64::from), 1)
+            .at_least(
+                "params.write_consistency_factor",
+                params.and_then(|p| p.write_consistency_factor).map(u64::from),
+                1,
+            )
+            .at_least("timeout", req.timeout, 1)
+            .settings(req.hnsw_config.as_ref(), None, req.optimizers_config.as_ref())
+            .strict_mode(req.strict_mode_config.as_ref())
+            .done()?;
         self.change(move |s| s.update(req).map(|()| true)).await
     }
 
@@ -120,7 +144,12 @@ impl Collections for CollectionsService {
         &self,
         req: Request<grpc::DeleteCollection>,
     ) -> Result<Response<grpc::CollectionOperationResponse>, Status> {
-        let name = req.into_inner().collection_name;
+        let req = req.into_inner();
+        Check::default()
+            .collection("collection_name", &req.collection_name)
+            .at_least("timeout", req.timeout, 1)
+            .done()?;
+        let name = req.collection_name;
         self.change(move |s| s.delete(&name)).await
     }
 
@@ -128,7 +157,9 @@ impl Collections for CollectionsService {
         &self,
         req: Request<grpc::ChangeAliases>,
     ) -> Result<Response<grpc::CollectionOperationResponse>, Status> {
-        let ops = req.into_inner().actions;
+        let req = req.into_inner();
+        Check::default().at_least("timeout", req.timeout, 1).done()?;
+        let ops = req.actions;
         self.change(move |s| s.update_aliases(ops).map(|()| true)).await
     }
 
@@ -138,7 +169,8 @@ impl Collections for CollectionsService {
     ) -> Result<Response<grpc::ListAliasesResponse>, Status> {
         let t = Instant::now();
         let name = req.into_inner().collection_name;
-        if !self.storage.exists(&name) {
+        Check::default().collection("collection_name", &name).done()?;
+        if !self.storage.exists_by_name(&name) {
             return Err(ApiError::collection_not_found(&name).into());
         }
         Ok(Response::new(aliases(self.storage.aliases(Some(&name)), t)))
@@ -156,7 +188,9 @@ impl Collections for CollectionsService {
         req: Request<grpc::CollectionExistsRequest>,
     ) -> Result<Response<grpc::CollectionExistsResponse>, Status> {
         let t = Instant::now();
-        let exists = self.storage.exists(&req.into_inner().collection_name);
+        let name = req.into_inner().collection_name;
+        Check::default().collection("collection_name", &name).done()?;
+        let exists = self.storage.exists(&name);
         Ok(Response::new(grpc::CollectionExistsResponse {
             result: Some(grpc::CollectionExists { exists }),
             time: secs(t),
@@ -238,8 +272,8 @@ fn collection_info(storage: &Storage, name: &str) -> Result<grpc::CollectionInfo
                 shard_number: meta.shard_number.unwrap_or(1),
                 on_disk_payload: meta.on_disk_payload.unwrap_or(true),
                 vectors_config: meta.vectors_config,
-                replication_factor: Some(1),
-                write_consistency_factor: Some(1),
+                replication_factor: Some(meta.replication_factor.unwrap_or(1)),
+                write_consistency_factor: Some(meta.write_consistency_factor.unwrap_or(1)),
                 ..Default::default()
             }),
             hnsw_config: meta.hnsw_config,
@@ -292,7 +326,14 @@ impl Points for PointsService {
         req: Request<grpc::UpsertPoints>,
     ) -> Result<Response<grpc::PointsOperationResponse>, Status> {
         let req = req.into_inner();
+        Check::default()
+            .collection("collection_name", &req.collection_name)
+            .filter("update_filter", req.update_filter.as_ref())
+            .done()?;
         self.update(&req.collection_name.clone(), req.wait, move |c| {
+            // Strict mode first, as on the server: an oversized batch is
+            // refused as such whatever its points hold.
+            c.check_upsert_limit(req.points.len())?;
             let points = req
                 .points
                 .into_iter()
@@ -322,13 +363,18 @@ impl Points for PointsService {
     ) -> Result<Response<grpc::PointsOperationResponse>, Status> {
         use grpc::points_selector::PointsSelectorOneOf;
         let req = req.into_inner();
+        let filter = match req.points.as_ref().and_then(|p| p.points_selector_one_of.as_ref()) {
+            Some(PointsSelectorOneOf::Filter(f)) => Some(f),
+            _ => None,
+        };
+        Check::default().collection("collection_name", &req.collection_name).filter("points.filter", filter).done()?;
         self.update(&req.collection_name.clone(), req.wait, move |c| {
             match req.points.and_then(|p| p.points_selector_one_of) {
                 Some(PointsSelectorOneOf::Points(list)) => {
                     c.delete_ids(list.ids.into_iter().map(|id| convert::point_id(Some(id))).collect::<Result<_, _>>()?)
                 }
                 Some(PointsSelectorOneOf::Filter(f)) => c.delete_filter(convert::filter(f)?),
-                None => Err(ApiError::BadInput("No PointsSelector".into())),
+                None => Err(ApiError::Invalid("Malformed PointsSelector type".into())),
             }
         })
         .await
@@ -337,6 +383,7 @@ impl Points for PointsService {
     async fn get(&self, req: Request<grpc::GetPoints>) -> Result<Response<grpc::GetResponse>, Status> {
         let t = Instant::now();
         let req = req.into_inner();
+        Check::default().collection("collection_name", &req.collection_name).done()?;
         let c = self.storage.get(&req.collection_name)?;
         let result = blocking(move || {
             let ids = req.ids.into_iter().map(|id| convert::point_id(Some(id))).collect::<Result<_, _>>()?;
@@ -356,6 +403,10 @@ impl Points for PointsService {
         req: Request<grpc::CreateFieldIndexCollection>,
     ) -> Result<Response<grpc::PointsOperationResponse>, Status> {
         let req = req.into_inner();
+        Check::default()
+            .collection("collection_name", &req.collection_name)
+            .not_empty("field_name", &req.field_name)
+            .done()?;
         self.update(&req.collection_name.clone(), req.wait, move |c| {
             let schema = match req.field_type.map(grpc::FieldType::try_from) {
                 None => None,
@@ -382,12 +433,21 @@ impl Points for PointsService {
         req: Request<grpc::DeleteFieldIndexCollection>,
     ) -> Result<Response<grpc::PointsOperationResponse>, Status> {
         let req = req.into_inner();
+        Check::default()
+            .collection("collection_name", &req.collection_name)
+            .not_empty("field_name", &req.field_name)
+            .done()?;
         self.update(&req.collection_name.clone(), req.wait, move |c| c.delete_index(json_path(&req.field_name)?)).await
     }
 
     async fn scroll(&self, req: Request<grpc::ScrollPoints>) -> Result<Response<grpc::ScrollResponse>, Status> {
         let t = Instant::now();
         let req = req.into_inner();
+        Check::default()
+            .collection("collection_name", &req.collection_name)
+            .filter("filter", req.filter.as_ref())
+            .at_least("limit", req.limit.map(u64::from), 1)
+            .done()?;
         let c = self.storage.get(&req.collection_name)?;
         if req.order_by.is_some() {
             return Err(ApiError::unsupported("Scrolling with order_by").into());
@@ -415,6 +475,10 @@ impl Points for PointsService {
     async fn count(&self, req: Request<grpc::CountPoints>) -> Result<Response<grpc::CountResponse>, Status> {
         let t = Instant::now();
         let req = req.into_inner();
+        Check::default()
+            .collection("collection_name", &req.collection_name)
+            .filter("filter", req.filter.as_ref())
+            .done()?;
         let c = self.storage.get(&req.collection_name)?;
         let count = blocking(move || c.count(convert::filter_opt(req.filter)?, req.exact.unwrap_or(true))).await?;
         Ok(Response::new(grpc::CountResponse {
@@ -427,6 +491,12 @@ impl Points for PointsService {
     async fn facet(&self, req: Request<grpc::FacetCounts>) -> Result<Response<grpc::FacetResponse>, Status> {
         let t = Instant::now();
         let req = req.into_inner();
+        Check::default()
+            .collection("collection_name", &req.collection_name)
+            .not_empty("key", &req.key)
+            .filter("filter", req.filter.as_ref())
+            .at_least("timeout", req.timeout, 1)
+            .done()?;
         let c = self.storage.get(&req.collection_name)?;
         let hits = blocking(move || {
             let mut facet = FacetRequest::new(json_path(&req.key)?);
@@ -490,10 +560,13 @@ impl tonic::service::Interceptor for ApiKey {
     }
 }
 
-/// Compares without an early exit, so the time taken does not tell how much
-/// of a guessed key was right.
+/// Compares without an early exit, on the length as on the bytes, so the
+/// time taken tells neither how much of a guessed key was right nor how
+/// long the key is: every byte of the longer is read.
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    let n = a.len().max(b.len());
+    let diff = (0..n).fold(0u8, |acc, i| acc | (a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0xff)));
+    diff == 0 && a.len() == b.len()
 }
 
 #[cfg(test)]
@@ -515,5 +588,14 @@ mod tests {
         req.metadata_mut().insert("authorization", "Bearer secret-1".parse().unwrap());
         assert!(key.call(req).is_ok());
         assert!(ApiKey(None).call(Request::new(())).is_ok());
+    }
+
+    #[test]
+    fn keys_compare_whole() {
+        assert!(constant_time_eq(b"secret", b"secret"));
+        assert!(!constant_time_eq(b"secret", b"secret-1"));
+        assert!(!constant_time_eq(b"secret-1", b"secret"));
+        assert!(!constant_time_eq(b"", b"x"));
+        assert!(!constant_time_eq(b"secreT", b"secret"));
     }
 }

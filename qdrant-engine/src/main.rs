@@ -15,6 +15,7 @@ mod error;
 mod grpc;
 mod http;
 mod storage;
+mod validate;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -182,8 +182,16 @@ impl Storage {
         names
     }
 
-    /// Whether a collection of that name exists (an alias is not one).
+    /// Whether a collection of that name exists, directly or by an alias,
+    /// as the server resolves it.
     pub fn exists(&self, name: &str) -> bool {
+        let state = self.state.read().expect("state lock");
+        state.collections.contains_key(name)
+            || state.aliases.get(name).is_some_and(|c| state.collections.contains_key(c))
+    }
+
+    /// Whether a collection of exactly that name exists (an alias is not one).
+    pub fn exists_by_name(&self, name: &str) -> bool {
         self.state.read().expect("state lock").collections.contains_key(name)
     }
 
@@ -206,8 +214,9 @@ impl Storage {
         Ok(())
     }
 
-    /// Applies the parts of an UpdateCollection request the server keeps:
-    /// strict mode, merged field by field as Qdrant merges a diff.
+    /// Applies an UpdateCollection request: strict mode, HNSW and optimizer
+    /// settings merged field by field as Qdrant merges a diff, the params
+    /// and the metadata.
     pub fn update(&self, req: grpc::UpdateCollection) -> Result<(), ApiError> {
         let c = self.get(&req.collection_name)?;
         if req.vectors_config.is_some() || req.quantization_config.is_some() || req.sparse_vectors_config.is_some() {
@@ -229,6 +238,16 @@ impl Storage {
                 let mut opt = meta.optimizers_config.take().unwrap_or_default();
                 opt.merge(diff.encode_to_vec().as_slice()).map_err(|e| ApiError::Internal(e.to_string()))?;
                 meta.optimizers_config = Some(opt);
+            }
+            if let Some(p) = req.params {
+                if p.read_fan_out_factor.is_some() || p.read_fan_out_delay_ms.is_some() {
+                    return Err(ApiError::unsupported("read_fan_out_factor and read_fan_out_delay_ms"));
+                }
+                // Kept and reported as the server reports them; with one
+                // replica of each shard there is nothing else to act on.
+                meta.replication_factor = p.replication_factor.or(meta.replication_factor);
+                meta.write_consistency_factor = p.write_consistency_factor.or(meta.write_consistency_factor);
+                meta.on_disk_payload = p.on_disk_payload.or(meta.on_disk_payload);
             }
             meta.metadata.extend(req.metadata);
             Ok(())
@@ -279,40 +298,46 @@ impl Storage {
         Ok(true)
     }
 
-    /// Applies alias operations in order, all or none.
+    /// Applies alias operations one after the other, as the server does:
+    /// each is saved as it is applied, and the first that fails ends the
+    /// request with those before it in place. Deleting an alias that does
+    /// not exist does nothing; creating one that exists points it anew.
     pub fn update_aliases(&self, ops: Vec<grpc::AliasOperations>) -> Result<(), ApiError> {
         use grpc::alias_operations::Action;
         let _changes = self.changes.lock().expect("changes lock");
-        let mut aliases = self.state.read().expect("state lock").aliases.clone();
         for op in ops {
+            let mut state = self.state.write().expect("state lock");
             match op.action {
                 Some(Action::CreateAlias(a)) => {
                     check_name(&a.alias_name)?;
-                    if !self.exists(&a.collection_name) {
+                    if !state.collections.contains_key(&a.collection_name) {
                         return Err(ApiError::collection_not_found(&a.collection_name));
                     }
-                    if self.exists(&a.alias_name) {
+                    if state.collections.contains_key(&a.alias_name) {
                         return Err(ApiError::AlreadyExists(format!("Collection `{}` already exists!", a.alias_name)));
                     }
-                    aliases.insert(a.alias_name, a.collection_name);
+                    state.aliases.insert(a.alias_name, a.collection_name);
                 }
                 Some(Action::RenameAlias(r)) => {
-                    let target = aliases
+                    let target = state
+                        .aliases
                         .remove(&r.old_alias_name)
                         .ok_or_else(|| ApiError::NotFound(format!("Alias {} does not exists!", r.old_alias_name)))?;
                     check_name(&r.new_alias_name)?;
-                    aliases.insert(r.new_alias_name, target);
+                    state.aliases.insert(r.new_alias_name, target);
                 }
                 Some(Action::DeleteAlias(d)) => {
-                    aliases
-                        .remove(&d.alias_name)
-                        .ok_or_else(|| ApiError::NotFound(format!("Alias {} does not exists!", d.alias_name)))?;
+                    if state.aliases.remove(&d.alias_name).is_none() {
+                        continue;
+                    }
                 }
-                None => return Err(ApiError::BadInput("Alias operation is empty".into())),
+                None => return Err(ApiError::Invalid("Malformed AliasOperations type".into())),
             }
+            let aliases = state.aliases.clone();
+            drop(state);
+            save_aliases(&self.aliases_file, &aliases)?;
         }
-        self.state.write().expect("state lock").aliases = aliases;
-        self.save_aliases()
+        Ok(())
     }
 
     /// Aliases as (alias, collection), of one collection or of all.
@@ -328,8 +353,7 @@ impl Storage {
 
     fn save_aliases(&self) -> Result<(), ApiError> {
         let aliases = self.state.read().expect("state lock").aliases.clone();
-        let text = serde_json::to_vec_pretty(&aliases).map_err(|e| ApiError::Internal(e.to_string()))?;
-        write_atomically(&self.aliases_file, &text)
+        save_aliases(&self.aliases_file, &aliases)
     }
 
     /// Flushes every collection's segments, after which its WAL is
@@ -438,7 +462,7 @@ impl Collection {
     }
 
     /// Strict mode's `upsert_max_batchsize`, with the server's message.
-    fn check_upsert_limit(&self, n: usize) -> Result<(), ApiError> {
+    pub fn check_upsert_limit(&self, n: usize) -> Result<(), ApiError> {
         let meta = self.meta.lock().expect("meta lock");
         let Some(strict) = meta.strict_mode_config.as_ref().filter(|s| s.enabled == Some(true)) else { return Ok(()) };
         match strict.upsert_max_batchsize {
@@ -496,17 +520,21 @@ impl Collection {
     }
 }
 
-/// Qdrant's rule for collection and alias names (no path separators or
-/// characters a file system refuses), no control characters, and no
-/// leading dot, which this server keeps for its own files.
+/// Qdrant's rule for alias names (no path separators or characters a file
+/// system refuses, as for a collection), and no leading dot, which this
+/// server keeps for its own directories. Collection names are checked by
+/// the request's validation, as the server checks them.
 fn check_name(name: &str) -> Result<(), ApiError> {
-    const FORBIDDEN: &[char] = &['<', '>', ':', '"', '/', '\\', '|', '?', '*'];
-    if name.is_empty() || name.len() > 255 {
-        return Err(ApiError::BadInput(format!("collection name `{name}` must be 1 to 255 bytes long")));
+    const FORBIDDEN: &[char] = &['<', '>', ':', '"', '/', '\\', '|', '?', '*', '\0', '\u{1F}'];
+    if name.is_empty() || name.chars().count() > 255 {
+        return Err(ApiError::BadInput(format!("name `{name}` must be 1 to 255 characters long")));
     }
-    if name.starts_with('.') || name.contains(FORBIDDEN) || name.chars().any(char::is_control) {
+    if let Some(c) = FORBIDDEN.iter().find(|c| name.contains(**c)) {
+        return Err(ApiError::BadInput(format!("collection name cannot contain \"{c}\" char")));
+    }
+    if name.starts_with('.') {
         return Err(ApiError::BadInput(format!(
-            "collection name `{name}` cannot start with a dot or contain any of {FORBIDDEN:?}"
+            "name `{name}` starts with a dot, which qdrant-engine keeps for its own directories"
         )));
     }
     Ok(())
@@ -566,6 +594,11 @@ fn vector_params(req: &grpc::CreateCollection) -> Result<Vec<(String, EdgeVector
 
 fn vector_sizes(req: &grpc::CreateCollection) -> Result<HashMap<String, usize>, ApiError> {
     Ok(vector_params(req)?.into_iter().map(|(name, p)| (name, p.build().size)).collect())
+}
+
+fn save_aliases(file: &Path, aliases: &BTreeMap<String, String>) -> Result<(), ApiError> {
+    let text = serde_json::to_vec_pretty(aliases).map_err(|e| ApiError::Internal(e.to_string()))?;
+    write_atomically(file, &text)
 }
 
 /// Refuses a storage directory that holds a Qdrant server's data: its
@@ -704,6 +737,37 @@ mod tests {
         std::fs::remove_dir_all(dir).unwrap();
     }
 
+    fn alias_op(action: grpc::alias_operations::Action) -> grpc::AliasOperations {
+        grpc::AliasOperations { action: Some(action) }
+    }
+
+    #[test]
+    fn alias_actions_apply_one_after_the_other_as_on_the_server() {
+        use grpc::alias_operations::Action;
+        let dir = temp_dir("aliases");
+        let s = Storage::open(&dir).unwrap();
+        s.create(create("c", 4)).unwrap();
+        let make = |alias: &str| {
+            alias_op(Action::CreateAlias(grpc::CreateAlias { collection_name: "c".into(), alias_name: alias.into() }))
+        };
+        let rename = |old: &str, new: &str| {
+            alias_op(Action::RenameAlias(grpc::RenameAlias { old_alias_name: old.into(), new_alias_name: new.into() }))
+        };
+        let delete = |alias: &str| alias_op(Action::DeleteAlias(grpc::DeleteAlias { alias_name: alias.into() }));
+        s.update_aliases(vec![make("a")]).unwrap();
+        assert!(s.exists("a") && !s.exists_by_name("a"), "an alias exists as the server resolves it");
+        s.update_aliases(vec![rename("a", "b"), delete("no-such-alias")]).unwrap();
+        assert_eq!(s.aliases(None), vec![("b".to_string(), "c".to_string())]);
+        let err = s.update_aliases(vec![make("x"), rename("missing", "y"), make("z")]).unwrap_err();
+        assert_eq!(err, ApiError::NotFound("Alias missing does not exists!".into()));
+        let names: Vec<String> = s.aliases(None).into_iter().map(|(a, _)| a).collect();
+        assert_eq!(names, vec!["b".to_string(), "x".to_string()], "what came before the failure stays");
+        drop(s);
+        let s = Storage::open(&dir).unwrap();
+        assert_eq!(s.aliases(None).len(), 2, "and is saved");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
     #[test]
     fn a_second_create_is_refused() {
         let dir = temp_dir("twice");
@@ -800,7 +864,7 @@ mod tests {
 
     #[test]
     fn names_that_are_paths_are_refused() {
-        for name in ["", "a/b", "..", ".hidden", "a\\b", "a\0b", "a\nb"] {
+        for name in ["", "a/b", "..", ".hidden", "a\\b", "a\0b", "a\u{1F}b"] {
             assert!(matches!(check_name(name), Err(ApiError::BadInput(_))), "{name:?} accepted");
         }
         check_name("chunks-e2e_1").unwrap();
