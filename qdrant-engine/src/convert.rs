@@ -13,8 +13,9 @@ use qdrant_client::qdrant::r#match::MatchValue;
 use qdrant_client::qdrant::value::Kind;
 use qdrant_edge::external::uuid::Uuid;
 use qdrant_edge::{
-    DEFAULT_VECTOR_NAME, FacetValue, Filter, Payload, PointId, Record, VectorInternal, VectorPersisted,
-    VectorStructInternal, VectorStructPersisted, WithPayloadInterface, WithVector,
+    DEFAULT_VECTOR_NAME, FacetValue, Filter, NamedQuery, Payload, PointId, QueryEnum, Record, ScoredPoint,
+    ScoringQuery, SearchParams, VectorInternal, VectorPersisted, VectorStructInternal, VectorStructPersisted,
+    WithPayloadInterface, WithVector,
 };
 use serde_json::{Map, Number, Value as Json, json};
 
@@ -302,6 +303,50 @@ fn vector_out(v: VectorInternal) -> grpc::VectorOutput {
     };
     #[allow(deprecated)]
     grpc::VectorOutput { data: vec![], indices: None, vectors_count: None, vector: Some(vector) }
+}
+
+/// A scored point, for a response.
+pub fn scored_out(p: ScoredPoint) -> grpc::ScoredPoint {
+    grpc::ScoredPoint {
+        id: Some(point_id_out(p.id)),
+        payload: payload_out(p.payload),
+        score: p.score,
+        version: p.version,
+        vectors: p.vector.map(vectors_out),
+        shard_key: None,
+        order_value: None,
+    }
+}
+
+/// Search parameters of a request.
+pub fn search_params(p: Option<grpc::SearchParams>) -> Result<Option<SearchParams>, ApiError> {
+    let Some(p) = p else { return Ok(None) };
+    if p.quantization.is_some() || p.acorn.is_some() {
+        return Err(ApiError::unsupported("Quantization and ACORN search parameters"));
+    }
+    Ok(Some(SearchParams {
+        hnsw_ef: p.hnsw_ef.map(|ef| ef as usize),
+        exact: p.exact.unwrap_or(false),
+        indexed_only: p.indexed_only.unwrap_or(false),
+        ..Default::default()
+    }))
+}
+
+/// The dense query vector of a nearest-neighbour query, by vector name.
+pub fn nearest(input: grpc::VectorInput, using: Option<String>) -> Result<ScoringQuery, ApiError> {
+    use grpc::vector_input::Variant;
+    let data = match input.variant {
+        Some(Variant::Dense(d)) => d.data,
+        Some(Variant::Id(_)) => return Err(ApiError::unsupported("A query by the id of a point")),
+        Some(Variant::Sparse(_)) => return Err(ApiError::unsupported("A sparse vector")),
+        Some(Variant::MultiDense(_)) => return Err(ApiError::unsupported("A multivector")),
+        Some(Variant::Document(_) | Variant::Image(_) | Variant::Object(_)) => {
+            return Err(ApiError::unsupported("Inference"));
+        }
+        None => return Err(ApiError::Invalid("VectorInput variant is missing".into())),
+    };
+    let using = using.filter(|u| u != DEFAULT_VECTOR_NAME);
+    Ok(ScoringQuery::Vector(QueryEnum::Nearest(NamedQuery { query: VectorInternal::Dense(data), using })))
 }
 
 /// A facet value, for a response.

@@ -15,7 +15,9 @@ use qdrant_client::qdrant as grpc;
 use qdrant_client::qdrant::collections_server::Collections;
 use qdrant_client::qdrant::points_server::Points;
 use qdrant_client::qdrant::qdrant_server::Qdrant;
-use qdrant_edge::{FacetRequest, JsonPath, PayloadSchemaType, PointStructPersisted, ScrollRequest, UpdateMode};
+use qdrant_edge::{
+    FacetRequest, JsonPath, PayloadSchemaType, PointStructPersisted, QueryRequest, ScrollRequest, UpdateMode,
+};
 use tonic::{Request, Response, Status};
 
 use crate::convert;
@@ -423,6 +425,11 @@ impl Points for PointsService {
             if req.field_index_params.is_some() {
                 return Err(ApiError::unsupported("Payload index parameters"));
             }
+            let Some(schema) = schema else {
+                return Err(ApiError::BadRequest(
+                    "Can't auto-detect field type, please specify `field_schema` in the request".into(),
+                ));
+            };
             c.create_index(json_path(&req.field_name)?, schema)
         })
         .await
@@ -515,6 +522,83 @@ impl Points for PointsService {
         Ok(Response::new(grpc::FacetResponse { hits, time: secs(t), usage: None }))
     }
 
+    async fn search(&self, req: Request<grpc::SearchPoints>) -> Result<Response<grpc::SearchResponse>, Status> {
+        let t = Instant::now();
+        let req = req.into_inner();
+        Check::default()
+            .collection("collection_name", &req.collection_name)
+            .filter("filter", req.filter.as_ref())
+            .at_least("limit", Some(req.limit), 1)
+            .at_least("params.hnsw_ef", req.params.as_ref().and_then(|p| p.hnsw_ef), 1)
+            .at_least("timeout", req.timeout, 1)
+            .done()?;
+        if req.sparse_indices.is_some() {
+            return Err(ApiError::unsupported("A sparse vector").into());
+        }
+        let c = self.storage.get(&req.collection_name)?;
+        let result = blocking(move || {
+            let input = grpc::VectorInput {
+                variant: Some(grpc::vector_input::Variant::Dense(grpc::DenseVector { data: req.vector })),
+            };
+            let mut q = QueryRequest::new(req.limit as usize);
+            q.query = Some(convert::nearest(input, req.vector_name)?);
+            q.filter = convert::filter_opt(req.filter)?;
+            q.params = convert::search_params(req.params)?;
+            q.score_threshold = req.score_threshold;
+            q.offset = req.offset.unwrap_or(0) as usize;
+            q.with_payload = convert::with_payload(req.with_payload, false)?;
+            q.with_vector = convert::with_vector(req.with_vectors);
+            c.query(q)
+        })
+        .await?;
+        Ok(Response::new(grpc::SearchResponse {
+            result: result.into_iter().map(convert::scored_out).collect(),
+            time: secs(t),
+            usage: None,
+        }))
+    }
+
+    async fn query(&self, req: Request<grpc::QueryPoints>) -> Result<Response<grpc::QueryResponse>, Status> {
+        use grpc::query::Variant;
+        let t = Instant::now();
+        let req = req.into_inner();
+        Check::default()
+            .collection("collection_name", &req.collection_name)
+            .filter("filter", req.filter.as_ref())
+            .at_least("limit", req.limit, 1)
+            .at_least("params.hnsw_ef", req.params.as_ref().and_then(|p| p.hnsw_ef), 1)
+            .at_least("timeout", req.timeout, 1)
+            .done()?;
+        if !req.prefetch.is_empty() {
+            return Err(ApiError::unsupported("A query with prefetch").into());
+        }
+        if req.lookup_from.is_some() {
+            return Err(ApiError::unsupported("A query with lookup_from").into());
+        }
+        let c = self.storage.get(&req.collection_name)?;
+        let result = blocking(move || {
+            let mut q = QueryRequest::new(req.limit.unwrap_or(10) as usize);
+            q.query = match req.query.and_then(|q| q.variant) {
+                None => None,
+                Some(Variant::Nearest(input)) => Some(convert::nearest(input, req.using)?),
+                Some(_) => return Err(ApiError::unsupported("A query other than nearest")),
+            };
+            q.filter = convert::filter_opt(req.filter)?;
+            q.params = convert::search_params(req.params)?;
+            q.score_threshold = req.score_threshold;
+            q.offset = req.offset.unwrap_or(0) as usize;
+            q.with_payload = convert::with_payload(req.with_payload, false)?;
+            q.with_vector = convert::with_vector(req.with_vectors);
+            c.query(q)
+        })
+        .await?;
+        Ok(Response::new(grpc::QueryResponse {
+            result: result.into_iter().map(convert::scored_out).collect(),
+            time: secs(t),
+            usage: None,
+        }))
+    }
+
     unserved! { "Points":
         update_vectors(grpc::UpdatePointVectors) -> grpc::PointsOperationResponse;
         delete_vectors(grpc::DeletePointVectors) -> grpc::PointsOperationResponse;
@@ -522,7 +606,6 @@ impl Points for PointsService {
         overwrite_payload(grpc::SetPayloadPoints) -> grpc::PointsOperationResponse;
         delete_payload(grpc::DeletePayloadPoints) -> grpc::PointsOperationResponse;
         clear_payload(grpc::ClearPayloadPoints) -> grpc::PointsOperationResponse;
-        search(grpc::SearchPoints) -> grpc::SearchResponse;
         search_batch(grpc::SearchBatchPoints) -> grpc::SearchBatchResponse;
         search_groups(grpc::SearchPointGroups) -> grpc::SearchGroupsResponse;
         recommend(grpc::RecommendPoints) -> grpc::RecommendResponse;
@@ -531,7 +614,6 @@ impl Points for PointsService {
         discover(grpc::DiscoverPoints) -> grpc::DiscoverResponse;
         discover_batch(grpc::DiscoverBatchPoints) -> grpc::DiscoverBatchResponse;
         update_batch(grpc::UpdateBatchPoints) -> grpc::UpdateBatchResponse;
-        query(grpc::QueryPoints) -> grpc::QueryResponse;
         query_batch(grpc::QueryBatchPoints) -> grpc::QueryBatchResponse;
         query_groups(grpc::QueryPointGroups) -> grpc::QueryGroupsResponse;
         search_matrix_pairs(grpc::SearchMatrixPoints) -> grpc::SearchMatrixPairsResponse;

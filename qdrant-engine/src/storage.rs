@@ -37,8 +37,8 @@ use qdrant_edge::external::uuid::Uuid;
 use qdrant_edge::{
     ConditionalInsertOperation, CountRequest, CreateIndex, DEFAULT_VECTOR_NAME, Distance, EdgeConfigBuilder, EdgeShard,
     EdgeVectorParamsBuilder, FacetRequest, FieldIndexOperations, Filter, JsonPath, PayloadFieldSchema,
-    PayloadSchemaType, PointId, PointInsertOperations, PointOperations, PointStructPersisted, Record, RetrieveRequest,
-    ScrollRequest, UpdateMode, UpdateOperation, WithPayloadInterface, WithVector,
+    PayloadSchemaType, PointId, PointInsertOperations, PointOperations, PointStructPersisted, QueryRequest, Record,
+    RetrieveRequest, ScoredPoint, ScrollRequest, UpdateMode, UpdateOperation, WithPayloadInterface, WithVector,
 };
 
 use crate::error::ApiError;
@@ -398,7 +398,12 @@ impl Collection {
             write_marker(&tmp)?;
             // The shard is closed (and flushed) before the rename: it keeps
             // its path, and is opened again where it now lives.
-            drop(EdgeShard::new(&tmp.join(SHARD_DIR), builder.build())?);
+            let shard = EdgeShard::new(&tmp.join(SHARD_DIR), builder.build())?;
+            // The server numbers a shard's first operation 1, the engine 0:
+            // an empty delete takes 0, so that point versions, which a
+            // search returns, are the server's.
+            shard.update(UpdateOperation::PointOperation(PointOperations::DeletePoints { ids: vec![] }))?;
+            drop(shard);
             write_atomically(&tmp.join(META_FILE), &req.encode_to_vec())?;
             std::fs::rename(&tmp, &dir)
                 .map_err(|e| ApiError::Internal(format!("rename {} to {}: {e}", tmp.display(), dir.display())))?;
@@ -481,12 +486,17 @@ impl Collection {
         Ok(self.shard.update(UpdateOperation::PointOperation(PointOperations::DeletePointsByFilter(filter)))?)
     }
 
-    pub fn create_index(&self, field: JsonPath, schema: Option<PayloadSchemaType>) -> Result<(), ApiError> {
+    /// Creates a payload index. The server applies it twice, once from its
+    /// consensus and once as the update the request is (its
+    /// `do_create_index`), so it takes two operation numbers there: here too.
+    pub fn create_index(&self, field: JsonPath, schema: PayloadSchemaType) -> Result<(), ApiError> {
         let op = FieldIndexOperations::CreateIndex(CreateIndex {
             field_name: field,
-            field_schema: schema.map(PayloadFieldSchema::FieldType),
+            field_schema: Some(PayloadFieldSchema::FieldType(schema)),
         });
-        Ok(self.shard.update(UpdateOperation::FieldIndexOperation(op))?)
+        let op = UpdateOperation::FieldIndexOperation(op);
+        self.shard.update(op.clone())?;
+        Ok(self.shard.update(op)?)
     }
 
     pub fn delete_index(&self, field: JsonPath) -> Result<(), ApiError> {
@@ -505,6 +515,12 @@ impl Collection {
     ) -> Result<Vec<Record>, ApiError> {
         let req = RetrieveRequest { point_ids: ids, with_payload: Some(with_payload), with_vector: Some(with_vector) };
         Ok(self.shard.retrieve(req)?)
+    }
+
+    /// The points nearest a query, best first, through the engine's own
+    /// search (HNSW where a segment has one, exact otherwise or when asked).
+    pub fn query(&self, req: QueryRequest) -> Result<Vec<ScoredPoint>, ApiError> {
+        Ok(self.shard.query(req)?)
     }
 
     pub fn count(&self, filter: Option<Filter>, exact: bool) -> Result<usize, ApiError> {
