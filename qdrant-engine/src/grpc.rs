@@ -17,6 +17,7 @@ use qdrant_client::qdrant::points_server::Points;
 use qdrant_client::qdrant::qdrant_server::Qdrant;
 use qdrant_edge::{
     FacetRequest, JsonPath, PayloadSchemaType, PointStructPersisted, QueryRequest, ScrollRequest, UpdateMode,
+    UpdateOperation,
 };
 use tonic::{Request, Response, Status};
 
@@ -262,8 +263,10 @@ fn collection_info(storage: &Storage, name: &str) -> Result<grpc::CollectionInfo
             )
         })
         .collect();
+    // As the server: yellow while an optimization runs, green otherwise.
+    let status = if c.optimizing() { grpc::CollectionStatus::Yellow } else { grpc::CollectionStatus::Green };
     Ok(grpc::CollectionInfo {
-        status: grpc::CollectionStatus::Green as i32,
+        status: status as i32,
         optimizer_status: Some(grpc::OptimizerStatus { ok: true, error: String::new() }),
         segments_count: info.segments_count as u64,
         points_count: Some(info.points_count as u64),
@@ -296,24 +299,60 @@ pub struct PointsService {
 }
 
 impl PointsService {
-    /// Runs an update of a collection on the blocking pool. Every update is
-    /// applied before the answer; without `wait` the server answers
-    /// Acknowledged, and so does this one.
+    /// Takes an update of a collection: `f` builds it on the blocking pool
+    /// from the request (where a request the server refuses fails), then it
+    /// is written to the collection's intake log and queued. With `wait`
+    /// the answer comes once it is applied (Completed), without once it is
+    /// taken (Acknowledged), as the server answers.
     async fn update(
         &self,
         collection: &str,
         wait: Option<bool>,
-        f: impl FnOnce(&Collection) -> Result<(), ApiError> + Send + 'static,
+        f: impl FnOnce(&Collection) -> Result<UpdateOperation, ApiError> + Send + 'static,
     ) -> Result<Response<grpc::PointsOperationResponse>, Status> {
         let t = Instant::now();
         let c = self.storage.get(collection)?;
-        blocking(move || f(&c)).await?;
-        let status = if wait == Some(true) { grpc::UpdateStatus::Completed } else { grpc::UpdateStatus::Acknowledged };
+        let wait = wait == Some(true);
+        let applied = blocking(move || {
+            let op = f(&c)?;
+            c.submit(op, wait)
+        })
+        .await?;
+        if let Some(applied) = applied {
+            applied.await.map_err(|_| Status::internal("Service internal error: the update thread ended"))??;
+        }
+        let status = if wait { grpc::UpdateStatus::Completed } else { grpc::UpdateStatus::Acknowledged };
         Ok(Response::new(grpc::PointsOperationResponse {
             result: Some(grpc::UpdateResult { operation_id: None, status: status as i32 }),
             time: secs(t),
             usage: None,
         }))
+    }
+}
+
+impl PointsService {
+    /// The points a validated query selects, best first: Search is served
+    /// as the Query it is the older spelling of.
+    async fn nearest(&self, req: grpc::QueryPoints) -> Result<Vec<grpc::ScoredPoint>, Status> {
+        use grpc::query::Variant;
+        let c = self.storage.get(&req.collection_name)?;
+        let result = blocking(move || {
+            let mut q = QueryRequest::new(req.limit.unwrap_or(10) as usize);
+            q.query = match req.query.and_then(|q| q.variant) {
+                None => None,
+                Some(Variant::Nearest(input)) => Some(convert::nearest(input, req.using)?),
+                Some(_) => return Err(ApiError::unsupported("A query other than nearest")),
+            };
+            q.filter = convert::filter_opt(req.filter)?;
+            q.params = convert::search_params(req.params)?;
+            q.score_threshold = req.score_threshold;
+            q.offset = req.offset.unwrap_or(0) as usize;
+            q.with_payload = convert::with_payload(req.with_payload, false)?;
+            q.with_vector = convert::with_vector(req.with_vectors);
+            c.query(q)
+        })
+        .await?;
+        Ok(result.into_iter().map(convert::scored_out).collect())
     }
 }
 
@@ -354,7 +393,7 @@ impl Points for PointsService {
                 Some(Ok(grpc::UpdateMode::UpdateOnly)) => Some(UpdateMode::UpdateOnly),
                 Some(Err(e)) => return Err(ApiError::BadInput(format!("Unknown update mode: {e}"))),
             };
-            c.upsert(points, convert::filter_opt(req.update_filter)?, mode)
+            Ok(Collection::upsert_op(points, convert::filter_opt(req.update_filter)?, mode))
         })
         .await
     }
@@ -370,12 +409,12 @@ impl Points for PointsService {
             _ => None,
         };
         Check::default().collection("collection_name", &req.collection_name).filter("points.filter", filter).done()?;
-        self.update(&req.collection_name.clone(), req.wait, move |c| {
+        self.update(&req.collection_name.clone(), req.wait, move |_| {
             match req.points.and_then(|p| p.points_selector_one_of) {
-                Some(PointsSelectorOneOf::Points(list)) => {
-                    c.delete_ids(list.ids.into_iter().map(|id| convert::point_id(Some(id))).collect::<Result<_, _>>()?)
-                }
-                Some(PointsSelectorOneOf::Filter(f)) => c.delete_filter(convert::filter(f)?),
+                Some(PointsSelectorOneOf::Points(list)) => Ok(Collection::delete_ids_op(
+                    list.ids.into_iter().map(|id| convert::point_id(Some(id))).collect::<Result<_, _>>()?,
+                )),
+                Some(PointsSelectorOneOf::Filter(f)) => Ok(Collection::delete_filter_op(convert::filter(f)?)),
                 None => Err(ApiError::Invalid("Malformed PointsSelector type".into())),
             }
         })
@@ -409,7 +448,7 @@ impl Points for PointsService {
             .collection("collection_name", &req.collection_name)
             .not_empty("field_name", &req.field_name)
             .done()?;
-        self.update(&req.collection_name.clone(), req.wait, move |c| {
+        self.update(&req.collection_name.clone(), req.wait, move |_| {
             let schema = match req.field_type.map(grpc::FieldType::try_from) {
                 None => None,
                 Some(Ok(grpc::FieldType::Keyword)) => Some(PayloadSchemaType::Keyword),
@@ -430,7 +469,7 @@ impl Points for PointsService {
                     "Can't auto-detect field type, please specify `field_schema` in the request".into(),
                 ));
             };
-            c.create_index(json_path(&req.field_name)?, schema)
+            Ok(Collection::create_index_op(json_path(&req.field_name)?, schema))
         })
         .await
     }
@@ -444,7 +483,10 @@ impl Points for PointsService {
             .collection("collection_name", &req.collection_name)
             .not_empty("field_name", &req.field_name)
             .done()?;
-        self.update(&req.collection_name.clone(), req.wait, move |c| c.delete_index(json_path(&req.field_name)?)).await
+        self.update(&req.collection_name.clone(), req.wait, move |_| {
+            Ok(Collection::delete_index_op(json_path(&req.field_name)?))
+        })
+        .await
     }
 
     async fn scroll(&self, req: Request<grpc::ScrollPoints>) -> Result<Response<grpc::ScrollResponse>, Status> {
@@ -535,31 +577,27 @@ impl Points for PointsService {
         if req.sparse_indices.is_some() {
             return Err(ApiError::unsupported("A sparse vector").into());
         }
-        let c = self.storage.get(&req.collection_name)?;
-        let result = blocking(move || {
-            let input = grpc::VectorInput {
-                variant: Some(grpc::vector_input::Variant::Dense(grpc::DenseVector { data: req.vector })),
-            };
-            let mut q = QueryRequest::new(req.limit as usize);
-            q.query = Some(convert::nearest(input, req.vector_name)?);
-            q.filter = convert::filter_opt(req.filter)?;
-            q.params = convert::search_params(req.params)?;
-            q.score_threshold = req.score_threshold;
-            q.offset = req.offset.unwrap_or(0) as usize;
-            q.with_payload = convert::with_payload(req.with_payload, false)?;
-            q.with_vector = convert::with_vector(req.with_vectors);
-            c.query(q)
-        })
-        .await?;
-        Ok(Response::new(grpc::SearchResponse {
-            result: result.into_iter().map(convert::scored_out).collect(),
-            time: secs(t),
-            usage: None,
-        }))
+        let query = grpc::QueryPoints {
+            collection_name: req.collection_name,
+            query: Some(grpc::Query {
+                variant: Some(grpc::query::Variant::Nearest(grpc::VectorInput {
+                    variant: Some(grpc::vector_input::Variant::Dense(grpc::DenseVector { data: req.vector })),
+                })),
+            }),
+            using: req.vector_name,
+            filter: req.filter,
+            params: req.params,
+            score_threshold: req.score_threshold,
+            limit: Some(req.limit),
+            offset: req.offset,
+            with_vectors: req.with_vectors,
+            with_payload: req.with_payload,
+            ..Default::default()
+        };
+        Ok(Response::new(grpc::SearchResponse { result: self.nearest(query).await?, time: secs(t), usage: None }))
     }
 
     async fn query(&self, req: Request<grpc::QueryPoints>) -> Result<Response<grpc::QueryResponse>, Status> {
-        use grpc::query::Variant;
         let t = Instant::now();
         let req = req.into_inner();
         Check::default()
@@ -575,28 +613,7 @@ impl Points for PointsService {
         if req.lookup_from.is_some() {
             return Err(ApiError::unsupported("A query with lookup_from").into());
         }
-        let c = self.storage.get(&req.collection_name)?;
-        let result = blocking(move || {
-            let mut q = QueryRequest::new(req.limit.unwrap_or(10) as usize);
-            q.query = match req.query.and_then(|q| q.variant) {
-                None => None,
-                Some(Variant::Nearest(input)) => Some(convert::nearest(input, req.using)?),
-                Some(_) => return Err(ApiError::unsupported("A query other than nearest")),
-            };
-            q.filter = convert::filter_opt(req.filter)?;
-            q.params = convert::search_params(req.params)?;
-            q.score_threshold = req.score_threshold;
-            q.offset = req.offset.unwrap_or(0) as usize;
-            q.with_payload = convert::with_payload(req.with_payload, false)?;
-            q.with_vector = convert::with_vector(req.with_vectors);
-            c.query(q)
-        })
-        .await?;
-        Ok(Response::new(grpc::QueryResponse {
-            result: result.into_iter().map(convert::scored_out).collect(),
-            time: secs(t),
-            usage: None,
-        }))
+        Ok(Response::new(grpc::QueryResponse { result: self.nearest(req).await?, time: secs(t), usage: None }))
     }
 
     unserved! { "Points":

@@ -1,13 +1,11 @@
-//! Collections and aliases on disk: one engine shard a collection.
+//! Collections and aliases on disk, and what is kept for each collection.
 //!
 //! Layout under `storage_path`:
 //!
 //! ```text
 //! .qdrant-engine                     this server's marker: the directory is its own
 //! collections/<name>/.qdrant-engine  the marker again, in every directory it creates
-//! collections/<name>/shard/          the engine's shard: segments and WAL
-//! collections/<name>/collection.pb   the CreateCollection it was made with
-//!                                    (updates merged in)
+//! collections/<name>/               a collection (see collection.rs)
 //! collections/.creating-<uuid>/      a create under way, renamed to <name> once whole
 //! collections/.deleted-<uuid>/       a delete under way, removed once renamed
 //! aliases.json                       alias -> collection
@@ -34,16 +32,11 @@ use std::time::{Duration, Instant};
 use prost::Message;
 use qdrant_client::qdrant as grpc;
 use qdrant_edge::external::uuid::Uuid;
-use qdrant_edge::{
-    ConditionalInsertOperation, CountRequest, CreateIndex, DEFAULT_VECTOR_NAME, Distance, EdgeConfigBuilder, EdgeShard,
-    EdgeVectorParamsBuilder, FacetRequest, FieldIndexOperations, Filter, JsonPath, PayloadFieldSchema,
-    PayloadSchemaType, PointId, PointInsertOperations, PointOperations, PointStructPersisted, QueryRequest, Record,
-    RetrieveRequest, ScoredPoint, ScrollRequest, UpdateMode, UpdateOperation, WithPayloadInterface, WithVector,
-};
 
+pub use crate::collection::Collection;
+use crate::collection::META_FILE;
 use crate::error::ApiError;
 
-const META_FILE: &str = "collection.pb";
 const SHARD_DIR: &str = "shard";
 const ALIASES_FILE: &str = "aliases.json";
 /// The marker this server writes into every directory it makes, first.
@@ -69,16 +62,6 @@ struct State {
     /// not served, their names taken, their files kept until a delete.
     unloadable: BTreeMap<String, String>,
     aliases: BTreeMap<String, String>,
-}
-
-/// One collection: its engine shard and what it was created with.
-pub struct Collection {
-    dir: PathBuf,
-    shard: EdgeShard,
-    meta: Mutex<grpc::CreateCollection>,
-    /// Vector sizes by name ("" is the unnamed vector), to check points
-    /// before they are written.
-    sizes: HashMap<String, usize>,
 }
 
 impl Storage {
@@ -137,7 +120,7 @@ impl Storage {
             match loaded {
                 Ok(c) => {
                     log::info!("loaded collection {name} in {:?}", started.elapsed());
-                    state.collections.insert(name, Arc::new(c));
+                    state.collections.insert(name, c);
                 }
                 Err(e) => {
                     log::error!("collection {name} cannot be loaded and is not served: {e}");
@@ -209,8 +192,8 @@ impl Storage {
                 return Err(ApiError::AlreadyExists(format!("Alias with name `{name}` already exists!")));
             }
         }
-        let c = Collection::create(&self.collections_dir, &name, req)?;
-        self.state.write().expect("state lock").collections.insert(name, Arc::new(c));
+        let c = create(&self.collections_dir, &name, req)?;
+        self.state.write().expect("state lock").collections.insert(name, c);
         Ok(())
     }
 
@@ -269,7 +252,9 @@ impl Storage {
         };
         let dir = match removed {
             Some(c) => {
-                // Calls already running hold the collection: let them end
+                c.close();
+                // Calls already running, and the thread applying its
+                // updates, hold the collection: let them end
                 // before its files go, so none writes into a directory being
                 // removed.
                 let deadline = Instant::now() + DELETE_DRAIN;
@@ -356,6 +341,30 @@ impl Storage {
         save_aliases(&self.aliases_file, &aliases)
     }
 
+    /// Runs the optimizers of every collection that had updates since they
+    /// last ran; the optimizer thread calls it.
+    pub fn optimize_all(&self) {
+        let all: Vec<Arc<Collection>> = self.state.read().expect("state lock").collections.values().cloned().collect();
+        for c in all {
+            c.optimize();
+        }
+    }
+
+    /// Stops taking updates and waits, up to `within`, until those taken
+    /// are applied and no thread but this holds a collection: for a stop,
+    /// before the last flush.
+    pub fn close_all(&self, within: Duration) {
+        let state = self.state.read().expect("state lock");
+        let deadline = Instant::now() + within;
+        for c in state.collections.values() {
+            c.close();
+        }
+        while state.collections.values().any(|c| !c.drained() || Arc::strong_count(c) > 1) && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
     /// Flushes every collection's segments, after which its WAL is
     /// truncated. What was acknowledged survives a crash without this; it
     /// bounds the WAL a restart replays.
@@ -363,177 +372,57 @@ impl Storage {
         let all: Vec<(String, Arc<Collection>)> =
             self.state.read().expect("state lock").collections.iter().map(|(n, c)| (n.clone(), c.clone())).collect();
         for (name, c) in all {
-            if let Err(e) = c.shard.flush() {
+            if let Err(e) = c.flush() {
                 log::error!("flush collection {name}: {e}");
             }
         }
     }
 }
 
-impl Collection {
-    /// Makes the collection in a `.creating-` directory and renames it to
-    /// its name once whole, so that a directory named as a collection is
-    /// always a complete one.
-    fn create(collections_dir: &Path, name: &str, req: grpc::CreateCollection) -> Result<Self, ApiError> {
-        if let Some(strict) = &req.strict_mode_config {
-            check_strict_mode(strict)?;
-        }
-        if req.quantization_config.is_some() {
-            return Err(ApiError::unsupported("Quantization"));
-        }
-        if req.sparse_vectors_config.as_ref().is_some_and(|s| !s.map.is_empty()) {
-            return Err(ApiError::unsupported("A sparse vector"));
-        }
-        let mut builder = EdgeConfigBuilder::new();
-        for (name, params) in vector_params(&req)? {
-            builder = builder.vector(name, params.build());
-        }
-        let dir = collections_dir.join(name);
-        if dir.exists() {
-            return Err(ApiError::AlreadyExists(format!("Collection `{name}` already exists!")));
-        }
-        let tmp = collections_dir.join(format!("{CREATING_PREFIX}{}", Uuid::new_v4()));
-        let make = || -> Result<(), ApiError> {
-            std::fs::create_dir(&tmp).map_err(|e| ApiError::Internal(format!("create {}: {e}", tmp.display())))?;
-            write_marker(&tmp)?;
-            // The shard is closed (and flushed) before the rename: it keeps
-            // its path, and is opened again where it now lives.
-            let shard = EdgeShard::new(&tmp.join(SHARD_DIR), builder.build())?;
-            // The server numbers a shard's first operation 1, the engine 0:
-            // an empty delete takes 0, so that point versions, which a
-            // search returns, are the server's.
-            shard.update(UpdateOperation::PointOperation(PointOperations::DeletePoints { ids: vec![] }))?;
-            drop(shard);
-            write_atomically(&tmp.join(META_FILE), &req.encode_to_vec())?;
-            std::fs::rename(&tmp, &dir)
-                .map_err(|e| ApiError::Internal(format!("rename {} to {}: {e}", tmp.display(), dir.display())))?;
-            sync_dir(collections_dir)
-        };
-        if let Err(e) = make() {
-            // Leave no half-made collection behind; the next start would
-            // remove it anyway.
-            let _ = std::fs::remove_dir_all(&tmp);
-            return Err(e);
-        }
-        Self::load(&dir).map_err(ApiError::Internal)
+impl Drop for Storage {
+    /// Lets every collection go, so that its shards close (and flush).
+    fn drop(&mut self) {
+        self.close_all(Duration::from_secs(30));
     }
+}
 
-    fn load(dir: &Path) -> Result<Self, String> {
-        let bytes = std::fs::read(dir.join(META_FILE)).map_err(|e| e.to_string())?;
-        let meta = grpc::CreateCollection::decode(bytes.as_slice()).map_err(|e| format!("{META_FILE}: {e}"))?;
-        let sizes = vector_sizes(&meta).map_err(|e| e.to_string())?;
-        let shard = EdgeShard::load(&dir.join(SHARD_DIR), None).map_err(|e| e.to_string())?;
-        Ok(Self { dir: dir.to_path_buf(), shard, meta: Mutex::new(meta), sizes })
+/// Makes a collection in a `.creating-` directory and renames it to its
+/// name once whole, so that a directory named as a collection is always a
+/// complete one.
+fn create(collections_dir: &Path, name: &str, req: grpc::CreateCollection) -> Result<Arc<Collection>, ApiError> {
+    if let Some(strict) = &req.strict_mode_config {
+        check_strict_mode(strict)?;
     }
-
-    fn update_meta(&self, f: impl FnOnce(&mut grpc::CreateCollection) -> Result<(), ApiError>) -> Result<(), ApiError> {
-        let mut meta = self.meta.lock().expect("meta lock");
-        let mut next = meta.clone();
-        f(&mut next)?;
-        write_atomically(&self.dir.join(META_FILE), &next.encode_to_vec())?;
-        *meta = next;
-        Ok(())
+    if req.quantization_config.is_some() {
+        return Err(ApiError::unsupported("Quantization"));
     }
-
-    /// What the collection was created with, updates merged in.
-    pub fn meta(&self) -> grpc::CreateCollection {
-        self.meta.lock().expect("meta lock").clone()
+    if req.sparse_vectors_config.as_ref().is_some_and(|s| !s.map.is_empty()) {
+        return Err(ApiError::unsupported("A sparse vector"));
     }
-
-    /// The vector sizes by name, "" for the unnamed vector.
-    pub fn sizes(&self) -> &HashMap<String, usize> {
-        &self.sizes
+    crate::collection::vector_params(&req)?;
+    let dir = collections_dir.join(name);
+    if dir.exists() {
+        return Err(ApiError::AlreadyExists(format!("Collection `{name}` already exists!")));
     }
-
-    /// Upserts points; with a condition, an existing point is overwritten
-    /// only where it matches the condition (Qdrant's conditional upsert).
-    pub fn upsert(
-        &self,
-        points: Vec<PointStructPersisted>,
-        condition: Option<Filter>,
-        mode: Option<UpdateMode>,
-    ) -> Result<(), ApiError> {
-        self.check_upsert_limit(points.len())?;
-        let points_op = PointInsertOperations::PointsList(points);
-        let op = match (condition, mode) {
-            (None, None | Some(UpdateMode::Upsert)) => PointOperations::UpsertPoints(points_op),
-            (condition, mode) => PointOperations::UpsertPointsConditional(ConditionalInsertOperation {
-                points_op,
-                condition: condition.unwrap_or_default(),
-                update_mode: mode,
-            }),
-        };
-        Ok(self.shard.update(UpdateOperation::PointOperation(op))?)
+    let tmp = collections_dir.join(format!("{CREATING_PREFIX}{}", Uuid::new_v4()));
+    let make = || -> Result<(), ApiError> {
+        std::fs::create_dir(&tmp).map_err(|e| ApiError::Internal(format!("create {}: {e}", tmp.display())))?;
+        write_marker(&tmp)?;
+        // The shards are closed (and flushed) before the rename: they keep
+        // their paths, and are opened again where they now live.
+        Collection::make(&tmp, &req)?;
+        write_atomically(&tmp.join(META_FILE), &req.encode_to_vec())?;
+        std::fs::rename(&tmp, &dir)
+            .map_err(|e| ApiError::Internal(format!("rename {} to {}: {e}", tmp.display(), dir.display())))?;
+        sync_dir(collections_dir)
+    };
+    if let Err(e) = make() {
+        // Leave no half-made collection behind; the next start would
+        // remove it anyway.
+        let _ = std::fs::remove_dir_all(&tmp);
+        return Err(e);
     }
-
-    /// Strict mode's `upsert_max_batchsize`, with the server's message.
-    pub fn check_upsert_limit(&self, n: usize) -> Result<(), ApiError> {
-        let meta = self.meta.lock().expect("meta lock");
-        let Some(strict) = meta.strict_mode_config.as_ref().filter(|s| s.enabled == Some(true)) else { return Ok(()) };
-        match strict.upsert_max_batchsize {
-            Some(limit) if n as u64 > limit => Err(ApiError::BadRequest(format!(
-                "Limit exceeded {n} > {limit} for \"upsert limit\". Help: Reduce the \"upsert limit\" parameter to or below {limit}."
-            ))),
-            _ => Ok(()),
-        }
-    }
-
-    pub fn delete_ids(&self, ids: Vec<PointId>) -> Result<(), ApiError> {
-        Ok(self.shard.update(UpdateOperation::PointOperation(PointOperations::DeletePoints { ids }))?)
-    }
-
-    pub fn delete_filter(&self, filter: Filter) -> Result<(), ApiError> {
-        Ok(self.shard.update(UpdateOperation::PointOperation(PointOperations::DeletePointsByFilter(filter)))?)
-    }
-
-    /// Creates a payload index. The server applies it twice, once from its
-    /// consensus and once as the update the request is (its
-    /// `do_create_index`), so it takes two operation numbers there: here too.
-    pub fn create_index(&self, field: JsonPath, schema: PayloadSchemaType) -> Result<(), ApiError> {
-        let op = FieldIndexOperations::CreateIndex(CreateIndex {
-            field_name: field,
-            field_schema: Some(PayloadFieldSchema::FieldType(schema)),
-        });
-        let op = UpdateOperation::FieldIndexOperation(op);
-        self.shard.update(op.clone())?;
-        Ok(self.shard.update(op)?)
-    }
-
-    pub fn delete_index(&self, field: JsonPath) -> Result<(), ApiError> {
-        Ok(self.shard.update(UpdateOperation::FieldIndexOperation(FieldIndexOperations::DeleteIndex(field)))?)
-    }
-
-    pub fn scroll(&self, req: ScrollRequest) -> Result<(Vec<Record>, Option<PointId>), ApiError> {
-        Ok(self.shard.scroll(req)?)
-    }
-
-    pub fn retrieve(
-        &self,
-        ids: Vec<PointId>,
-        with_payload: WithPayloadInterface,
-        with_vector: WithVector,
-    ) -> Result<Vec<Record>, ApiError> {
-        let req = RetrieveRequest { point_ids: ids, with_payload: Some(with_payload), with_vector: Some(with_vector) };
-        Ok(self.shard.retrieve(req)?)
-    }
-
-    /// The points nearest a query, best first, through the engine's own
-    /// search (HNSW where a segment has one, exact otherwise or when asked).
-    pub fn query(&self, req: QueryRequest) -> Result<Vec<ScoredPoint>, ApiError> {
-        Ok(self.shard.query(req)?)
-    }
-
-    pub fn count(&self, filter: Option<Filter>, exact: bool) -> Result<usize, ApiError> {
-        Ok(self.shard.count(CountRequest { filter, exact })?)
-    }
-
-    pub fn facet(&self, req: FacetRequest) -> Result<qdrant_edge::FacetResponse, ApiError> {
-        Ok(self.shard.facet(req)?)
-    }
-
-    pub fn info(&self) -> Result<qdrant_edge::ShardInfo, ApiError> {
-        Ok(self.shard.info()?)
-    }
+    Collection::load(&dir).map_err(ApiError::Internal)
 }
 
 /// Qdrant's rule for alias names (no path separators or characters a file
@@ -568,48 +457,6 @@ fn check_strict_mode(s: &grpc::StrictModeConfig) -> Result<(), ApiError> {
         return Err(ApiError::unsupported("A strict mode setting other than enabled and upsert_max_batchsize"));
     }
     Ok(())
-}
-
-fn vector_params(req: &grpc::CreateCollection) -> Result<Vec<(String, EdgeVectorParamsBuilder)>, ApiError> {
-    use grpc::vectors_config::Config;
-    let named: Vec<(String, &grpc::VectorParams)> = match req.vectors_config.as_ref().and_then(|v| v.config.as_ref()) {
-        Some(Config::Params(p)) => vec![(DEFAULT_VECTOR_NAME.to_string(), p)],
-        Some(Config::ParamsMap(m)) => m.map.iter().map(|(k, v)| (k.clone(), v)).collect(),
-        None => {
-            return Err(ApiError::BadInput(
-                "vectors_config is required: qdrant-engine serves dense vectors only".into(),
-            ));
-        }
-    };
-    named
-        .into_iter()
-        .map(|(name, p)| {
-            if p.quantization_config.is_some() {
-                return Err(ApiError::unsupported("Quantization"));
-            }
-            if p.multivector_config.is_some() {
-                return Err(ApiError::unsupported("A multivector"));
-            }
-            if p.datatype.is_some_and(|d| d != grpc::Datatype::Float32 as i32 && d != grpc::Datatype::Default as i32) {
-                return Err(ApiError::unsupported("A vector datatype other than float32"));
-            }
-            if p.size == 0 || p.size > 65536 {
-                return Err(ApiError::BadInput(format!("vector size of `{name}` must be 1 to 65536, not {}", p.size)));
-            }
-            let distance = match grpc::Distance::try_from(p.distance) {
-                Ok(grpc::Distance::Cosine) => Distance::Cosine,
-                Ok(grpc::Distance::Euclid) => Distance::Euclid,
-                Ok(grpc::Distance::Dot) => Distance::Dot,
-                Ok(grpc::Distance::Manhattan) => Distance::Manhattan,
-                _ => return Err(ApiError::BadInput(format!("Unknown distance {} of vector `{name}`", p.distance))),
-            };
-            Ok((name, EdgeVectorParamsBuilder::new(p.size as usize, distance)))
-        })
-        .collect()
-}
-
-fn vector_sizes(req: &grpc::CreateCollection) -> Result<HashMap<String, usize>, ApiError> {
-    Ok(vector_params(req)?.into_iter().map(|(name, p)| (name, p.build().size)).collect())
 }
 
 fn save_aliases(file: &Path, aliases: &BTreeMap<String, String>) -> Result<(), ApiError> {
@@ -689,7 +536,7 @@ fn sync_dir(dir: &Path) -> Result<(), ApiError> {
 
 /// Writes `path` through a temporary file and a rename, so a crash leaves
 /// the old content or the new, never a part.
-fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), ApiError> {
+pub fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), ApiError> {
     use std::io::Write;
     let tmp = path.with_extension("tmp");
     let write = || -> std::io::Result<()> {
@@ -708,6 +555,7 @@ fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), ApiError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use qdrant_edge::{PointId, PointStructPersisted, ScrollRequest, WithPayloadInterface};
 
     fn create(name: &str, size: u64) -> grpc::CreateCollection {
         grpc::CreateCollection {
@@ -900,16 +748,16 @@ mod tests {
             vector: qdrant_edge::VectorStructPersisted::Single(vec![1.0, 0.0]),
             payload: None,
         };
-        let err = c.upsert(vec![point(1), point(2)], None, None).unwrap_err();
+        let err = c.check_upsert_limit(2).unwrap_err();
         assert!(matches!(err, ApiError::BadRequest(ref m) if m.contains("\"upsert limit\"")), "got {err:?}");
-        c.upsert(vec![point(1)], None, None).unwrap();
+        c.check_upsert_limit(1).unwrap();
         let lift = grpc::UpdateCollection {
             collection_name: "c".into(),
             strict_mode_config: Some(grpc::StrictModeConfig { enabled: Some(false), ..Default::default() }),
             ..Default::default()
         };
         s.update(lift).unwrap();
-        c.upsert(vec![point(1), point(2)], None, None).unwrap();
+        c.apply_now(Collection::upsert_op(vec![point(1), point(2)], None, None)).unwrap();
         assert_eq!(c.count(None, true).unwrap(), 2);
         assert_eq!(
             c.meta().strict_mode_config.unwrap().upsert_max_batchsize,
@@ -931,7 +779,7 @@ mod tests {
             vector: qdrant_edge::VectorStructPersisted::Single(vec![1.0, 0.0]),
             payload: Some(qdrant_edge::Payload::from(serde_json::json!({ "version": v }).as_object().unwrap().clone())),
         };
-        c.upsert(vec![point(1, 5)], None, None).unwrap();
+        c.apply_now(Collection::upsert_op(vec![point(1, 5)], None, None)).unwrap();
         let older_than = |v: i64| {
             crate::convert::filter(qdrant_client::qdrant::Filter {
                 must: vec![qdrant_client::qdrant::Condition::range(
@@ -943,9 +791,9 @@ mod tests {
         };
         // A late write of version 3 must not overwrite version 5; a new
         // point is inserted whatever the condition.
-        c.upsert(vec![point(1, 3), point(2, 3)], Some(older_than(3).unwrap()), None).unwrap();
+        c.apply_now(Collection::upsert_op(vec![point(1, 3), point(2, 3)], Some(older_than(3).unwrap()), None)).unwrap();
         // Version 7 may overwrite version 5.
-        c.upsert(vec![point(1, 7)], Some(older_than(7).unwrap()), None).unwrap();
+        c.apply_now(Collection::upsert_op(vec![point(1, 7)], Some(older_than(7).unwrap()), None)).unwrap();
         let (records, _) = c
             .scroll(ScrollRequest { with_payload: Some(WithPayloadInterface::Bool(true)), ..Default::default() })
             .unwrap();
