@@ -872,8 +872,7 @@ mod tests {
         assert_eq!(got, want);
         c.apply_now(Collection::delete_ids_op((1..31).map(PointId::NumId).collect())).unwrap();
         assert_eq!(c.count(None, true).unwrap(), 30);
-        c.close();
-        drop(c);
+        shut(c);
         std::fs::remove_dir_all(dir).unwrap();
     }
 
@@ -882,11 +881,7 @@ mod tests {
         let dir = temp_dir("intake");
         let c = make(&dir, 4, 1, None);
         c.apply_now(Collection::upsert_op(points(1..3, 4), None, None)).unwrap();
-        c.close();
-        while Arc::strong_count(&c) > 1 {
-            std::thread::sleep(std::time::Duration::from_millis(5));
-        }
-        drop(c);
+        shut(c);
         // As a SIGKILL leaves it: two updates taken (in the intake log,
         // answered) and not applied, the second cut short by the kill, so
         // never answered.
@@ -910,9 +905,17 @@ mod tests {
         assert_eq!(std::fs::metadata(dir.join(INTAKE_LOG)).unwrap().len(), 0, "and the log is emptied");
         c.apply_now(Collection::delete_ids_op(vec![PointId::NumId(4)])).unwrap();
         assert_eq!(c.count(None, true).unwrap(), 3);
-        c.close();
-        drop(c);
+        shut(c);
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// Closes a collection and waits until its update thread lets it go,
+    /// so that its shards close here.
+    fn shut(c: Arc<Collection>) {
+        c.close();
+        while Arc::strong_count(&c) > 1 {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
     }
 
     fn load_again(dir: &Path) -> Arc<Collection> {
@@ -968,8 +971,7 @@ mod tests {
         assert_eq!(info.points_count as u64, kept);
         assert_eq!(info.indexed_vectors_count as u64, kept, "every vector left is in an HNSW index");
         assert!(!c.optimizing(), "green once the optimizer is done");
-        c.close();
-        drop(c);
+        shut(c);
         std::fs::remove_dir_all(dir).unwrap();
     }
 

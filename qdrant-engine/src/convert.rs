@@ -223,27 +223,35 @@ pub fn with_vector(sel: Option<grpc::WithVectorsSelector>) -> WithVector {
     }
 }
 
-/// The vectors of a point to write, checked against the collection's vector
-/// sizes by name ("" is the unnamed vector) before anything is written, so
-/// that a request with one bad point writes nothing, as on the server.
-pub fn vectors(v: Option<grpc::Vectors>, sizes: &HashMap<String, usize>) -> Result<VectorStructPersisted, ApiError> {
+/// The vectors of a point to write, as the server's gRPC layer reads them:
+/// a point without vectors is refused here, their sizes later
+/// ([`check_vectors`]), after strict mode, as on the server.
+pub fn vectors(v: Option<grpc::Vectors>) -> Result<VectorStructPersisted, ApiError> {
     use grpc::vectors::VectorsOptions;
     match v.and_then(|v| v.vectors_options) {
-        Some(VectorsOptions::Vector(v)) => {
-            let data = dense(v)?;
-            check_dim(DEFAULT_VECTOR_NAME, data.len(), sizes)?;
-            Ok(VectorStructPersisted::Single(data))
-        }
-        Some(VectorsOptions::Vectors(named)) => {
-            let mut out = HashMap::with_capacity(named.vectors.len());
-            for (name, v) in named.vectors {
-                let data = dense(v)?;
-                check_dim(&name, data.len(), sizes)?;
-                out.insert(name, VectorPersisted::Dense(data));
-            }
-            Ok(VectorStructPersisted::Named(out))
-        }
+        Some(VectorsOptions::Vector(v)) => Ok(VectorStructPersisted::Single(dense(v)?)),
+        Some(VectorsOptions::Vectors(named)) => Ok(VectorStructPersisted::Named(
+            named
+                .vectors
+                .into_iter()
+                .map(|(name, v)| Ok((name, VectorPersisted::Dense(dense(v)?))))
+                .collect::<Result<_, ApiError>>()?,
+        )),
         None => Err(ApiError::Invalid("Expected some vectors".into())),
+    }
+}
+
+/// Checks a point's vectors against the collection's vector sizes by name
+/// ("" is the unnamed vector) before anything is written, so that a request
+/// with one bad point writes nothing, as on the server.
+pub fn check_vectors(v: &VectorStructPersisted, sizes: &HashMap<String, usize>) -> Result<(), ApiError> {
+    match v {
+        VectorStructPersisted::Single(data) => check_dim(DEFAULT_VECTOR_NAME, data.len(), sizes),
+        VectorStructPersisted::Named(named) => named.iter().try_for_each(|(name, v)| match v {
+            VectorPersisted::Dense(data) => check_dim(name, data.len(), sizes),
+            _ => Err(ApiError::unsupported("A vector other than dense")),
+        }),
+        _ => Err(ApiError::unsupported("A vector other than dense")),
     }
 }
 
@@ -439,7 +447,7 @@ mod tests {
                 vector: Some(grpc::vector::Vector::Dense(grpc::DenseVector { data: vec![1.0, 2.0, 3.0] })),
             })),
         };
-        let err = vectors(Some(v), &sizes).unwrap_err();
+        let err = check_vectors(&vectors(Some(v)).unwrap(), &sizes).unwrap_err();
         assert_eq!(err, ApiError::BadInput("Vector dimension error: expected dim: 4, got 3".into()));
     }
 }

@@ -372,20 +372,25 @@ impl Points for PointsService {
             .filter("update_filter", req.update_filter.as_ref())
             .done()?;
         self.update(&req.collection_name.clone(), req.wait, move |c| {
-            // Strict mode first, as on the server: an oversized batch is
-            // refused as such whatever its points hold.
-            c.check_upsert_limit(req.points.len())?;
+            // In the server's order: the gRPC layer reads the points (an id,
+            // some vectors), strict mode checks the batch, the shard checks
+            // the vectors' sizes. An oversized batch with a vector of the
+            // wrong size is refused for its size.
             let points = req
                 .points
                 .into_iter()
                 .map(|p| {
                     Ok(PointStructPersisted {
                         id: convert::point_id(p.id)?,
-                        vector: convert::vectors(p.vectors, c.sizes())?,
+                        vector: convert::vectors(p.vectors)?,
                         payload: Some(convert::payload(p.payload)?),
                     })
                 })
                 .collect::<Result<Vec<_>, ApiError>>()?;
+            c.check_upsert_limit(points.len())?;
+            for p in &points {
+                convert::check_vectors(&p.vector, c.sizes())?;
+            }
             let mode = match req.update_mode.map(grpc::UpdateMode::try_from) {
                 None => None,
                 Some(Ok(grpc::UpdateMode::Upsert)) => Some(UpdateMode::Upsert),
