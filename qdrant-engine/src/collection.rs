@@ -579,7 +579,7 @@ impl Collection {
     }
 
     /// Facet counts summed over the shards, the most frequent first (ties
-    /// by value), cut to the limit.
+    /// by value), cut to the limit, as the server merges them.
     pub fn facet(&self, req: FacetRequest) -> Result<FacetResponse, ApiError> {
         if self.shards.len() == 1 {
             return Ok(self.shards[0].facet(req)?);
@@ -591,11 +591,8 @@ impl Collection {
                 *counts.entry(hit.value).or_default() += hit.count;
             }
         }
-        let mut hits: Vec<qdrant_edge::FacetValueHit> =
-            counts.into_iter().map(|(value, count)| qdrant_edge::FacetValueHit { value, count }).collect();
-        hits.sort_by(|a, b| b.count.cmp(&a.count).then_with(|| a.value.cmp(&b.value)));
-        hits.truncate(limit);
-        Ok(FacetResponse { hits })
+        // The server's own merge (collection/src/collection/facet.rs).
+        Ok(FacetResponse::top_hits(counts, limit))
     }
 
     /// The shards' counts and payload schema, summed.
