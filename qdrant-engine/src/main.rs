@@ -59,7 +59,11 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(cfg.log_level.to_lowercase())).init();
+    // The engine warns "Feature flags not initialized!" at each segment it
+    // opens: its flags are the server's defaults and a crate user cannot
+    // set them (the setter is private), so the warning says nothing.
+    let filter = format!("{},qdrant_edge::common::flags=error", cfg.log_level.to_lowercase());
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(filter)).init();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
