@@ -97,6 +97,22 @@ pub struct Collection {
     optimizing: AtomicUsize,
     /// Whether updates were applied since the optimizer last looked.
     dirty: AtomicBool,
+    /// Set by a delete that could not wait for an optimization to end: what
+    /// to do with the directory once the shards are closed.
+    on_drop: Mutex<Option<OnDrop>>,
+}
+
+/// What a delete leaves for the last holder of a collection to do with its
+/// directory.
+pub type OnDrop = Box<dyn FnOnce(&Path) + Send>;
+
+impl Drop for Collection {
+    fn drop(&mut self) {
+        let Some(then) = self.on_drop.get_mut().ok().and_then(Option::take) else { return };
+        // Close (and flush) the shards before their files go.
+        drop(std::mem::take(&mut self.shards));
+        then(&self.dir);
+    }
 }
 
 /// A shard's place on the ring, hashed as the server hashes `(ShardId, u32)`.
@@ -214,6 +230,7 @@ impl Collection {
             }),
             optimizing: AtomicUsize::new(0),
             dirty: AtomicBool::new(true),
+            on_drop: Mutex::new(None),
         };
         let replay: Vec<_> = pending.into_iter().filter(|(seq, _)| *seq > applied_seq).collect();
         if !replay.is_empty() {
@@ -236,10 +253,21 @@ impl Collection {
         Ok(c)
     }
 
-    /// Stops taking updates; the thread applies what it has and ends,
-    /// letting the collection go.
+    /// Stops taking updates and optimizing; the thread applies what it has
+    /// and ends, letting the collection go.
     pub fn close(&self) {
         self.intake.lock().expect("intake lock").queue = None;
+        self.dirty.store(false, Ordering::Release);
+    }
+
+    fn closed(&self) -> bool {
+        self.intake.lock().expect("intake lock").queue.is_none()
+    }
+
+    /// Leaves `then` to the last holder of the collection, to run on its
+    /// directory once its shards are closed.
+    pub fn on_drop(&self, then: OnDrop) {
+        *self.on_drop.lock().expect("on_drop lock") = Some(then);
     }
 
     /// Takes an update: writes it to the intake log and queues it. The
@@ -297,7 +325,9 @@ impl Collection {
         while let Ok(job) = rx.recv() {
             let result = self.apply(job.op);
             self.mark_applied(job.seq);
-            self.dirty.store(true, Ordering::Release);
+            if !self.closed() {
+                self.dirty.store(true, Ordering::Release);
+            }
             match job.reply {
                 Some(reply) => {
                     let _ = reply.send(result);
@@ -624,7 +654,7 @@ impl Collection {
     /// changes) on every shard, if updates came since the last run, until
     /// they plan nothing more. Blocking; the optimizer thread calls it.
     pub fn optimize(&self) {
-        if !self.dirty.swap(false, Ordering::AcqRel) {
+        if !self.dirty.swap(false, Ordering::AcqRel) || self.closed() {
             return;
         }
         self.optimizing.fetch_add(1, Ordering::AcqRel);

@@ -44,8 +44,13 @@ const MARKER_FILE: &str = ".qdrant-engine";
 const MARKER: &[u8] = b"qdrant-engine storage 1\n";
 const CREATING_PREFIX: &str = ".creating-";
 const DELETED_PREFIX: &str = ".deleted-";
-/// How long a delete waits for calls still running on the collection.
-const DELETE_DRAIN: Duration = Duration::from_secs(30);
+/// How long a delete waits for calls still running on the collection;
+/// past it (an optimization that runs on), the files go when the last one
+/// ends.
+const DELETE_DRAIN: Duration = Duration::from_secs(2);
+/// How long a create waits for the files of a deleted collection of the
+/// same name to go.
+const PENDING_DELETE_WAIT: Duration = Duration::from_secs(120);
 
 /// All collections of the server.
 pub struct Storage {
@@ -53,6 +58,8 @@ pub struct Storage {
     aliases_file: PathBuf,
     state: RwLock<State>,
     changes: Mutex<()>,
+    /// Collections deleted whose files go when an optimization lets them go.
+    pending_deletes: Arc<Mutex<std::collections::HashSet<String>>>,
 }
 
 #[derive(Default)]
@@ -138,7 +145,13 @@ impl Storage {
             // kept: it works again once the collection loads.
             state.aliases.retain(|_, c| state.collections.contains_key(c) || state.unloadable.contains_key(c));
         }
-        Ok(Self { collections_dir, aliases_file, state: RwLock::new(state), changes: Mutex::new(()) })
+        Ok(Self {
+            collections_dir,
+            aliases_file,
+            state: RwLock::new(state),
+            changes: Mutex::new(()),
+            pending_deletes: Arc::default(),
+        })
     }
 
     /// The collections on disk that could not be loaded, with why.
@@ -191,6 +204,12 @@ impl Storage {
             if state.aliases.contains_key(&name) {
                 return Err(ApiError::AlreadyExists(format!("Alias with name `{name}` already exists!")));
             }
+        }
+        // A deleted collection of the name whose optimization ran on: wait
+        // for its files to go.
+        let deadline = Instant::now() + PENDING_DELETE_WAIT;
+        while self.pending_deletes.lock().expect("pending lock").contains(&name) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
         }
         let c = create(&self.collections_dir, &name, req)?;
         self.state.write().expect("state lock").collections.insert(name, c);
@@ -254,12 +273,28 @@ impl Storage {
             Some(c) => {
                 c.close();
                 // Calls already running, and the thread applying its
-                // updates, hold the collection: let them end
-                // before its files go, so none writes into a directory being
-                // removed.
+                // updates, hold the collection: let them end before its files
+                // go, so none writes into a directory being removed.
                 let deadline = Instant::now() + DELETE_DRAIN;
                 while Arc::strong_count(&c) > 1 && Instant::now() < deadline {
                     std::thread::sleep(Duration::from_millis(10));
+                }
+                if Arc::strong_count(&c) > 1 {
+                    // An optimization holds it, and the engine's cannot be
+                    // stopped: the files go when it lets the collection go.
+                    // The name stays taken until then.
+                    log::info!("collection {name} deleted; its files go once its optimization ends");
+                    let (collections_dir, pending, n) =
+                        (self.collections_dir.clone(), self.pending_deletes.clone(), name.to_string());
+                    pending.lock().expect("pending lock").insert(n.clone());
+                    c.on_drop(Box::new(move |dir: &Path| {
+                        if let Err(e) = remove_collection_dir(&collections_dir, dir) {
+                            log::error!("collection {n} deleted, its files left: {e}");
+                        }
+                        pending.lock().expect("pending lock").remove(&n);
+                    }));
+                    self.save_aliases()?;
+                    return Ok(true);
                 }
                 c.dir.clone()
             }
@@ -273,13 +308,7 @@ impl Storage {
             log::warn!("collection {name} deleted; {} left in place: qdrant-engine did not make it", dir.display());
             return Ok(true);
         }
-        // A rename first: a delete killed half-way leaves a .deleted-
-        // directory, which the next start removes, never a collection with
-        // part of its files.
-        let trash = self.collections_dir.join(format!("{DELETED_PREFIX}{}", Uuid::new_v4()));
-        std::fs::rename(&dir, &trash).map_err(|e| ApiError::Internal(format!("move {} away: {e}", dir.display())))?;
-        sync_dir(&self.collections_dir)?;
-        std::fs::remove_dir_all(&trash).map_err(|e| ApiError::Internal(format!("remove {}: {e}", trash.display())))?;
+        remove_collection_dir(&self.collections_dir, &dir)?;
         Ok(true)
     }
 
@@ -384,6 +413,16 @@ impl Drop for Storage {
     fn drop(&mut self) {
         self.close_all(Duration::from_secs(30));
     }
+}
+
+/// Removes a collection's directory: a rename first, so a delete killed
+/// half-way leaves a .deleted- directory, which the next start removes,
+/// never a collection with part of its files.
+fn remove_collection_dir(collections_dir: &Path, dir: &Path) -> Result<(), ApiError> {
+    let trash = collections_dir.join(format!("{DELETED_PREFIX}{}", Uuid::new_v4()));
+    std::fs::rename(dir, &trash).map_err(|e| ApiError::Internal(format!("move {} away: {e}", dir.display())))?;
+    sync_dir(collections_dir)?;
+    std::fs::remove_dir_all(&trash).map_err(|e| ApiError::Internal(format!("remove {}: {e}", trash.display())))
 }
 
 /// Makes a collection in a `.creating-` directory and renames it to its
@@ -629,6 +668,37 @@ mod tests {
         drop(s);
         let s = Storage::open(&dir).unwrap();
         assert_eq!(s.aliases(None).len(), 2, "and is saved");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    /// A delete while an optimization holds the collection (as a long HNSW
+    /// build does) leaves its files to the optimization's end, and a create
+    /// of the name waits for them: no files move under a running optimizer.
+    #[test]
+    fn a_delete_during_an_optimization_removes_the_files_after_it() {
+        let dir = temp_dir("busy");
+        let s = Storage::open(&dir).unwrap();
+        s.create(create("c", 4)).unwrap();
+        let optimizing = s.get("c").unwrap();
+        assert!(s.delete("c").unwrap());
+        assert!(dir.join("collections/c/shard").exists(), "kept while held");
+        let (done, wait) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            drop(optimizing);
+            done.send(()).unwrap();
+        });
+        s.create(create("c", 8)).unwrap();
+        wait.recv().unwrap();
+        assert_eq!(s.get("c").unwrap().sizes()[""], 8, "the new collection, not the old one");
+        let left: Vec<_> = std::fs::read_dir(dir.join("collections"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n != MARKER_FILE)
+            .collect();
+        assert_eq!(left, vec!["c".to_string()]);
+        drop(s);
         std::fs::remove_dir_all(dir).unwrap();
     }
 
