@@ -841,6 +841,13 @@ mod tests {
             .sum()
     }
 
+    /// The resident memory of this process, in kB.
+    fn rss() -> u64 {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse().unwrap()
+    }
+
     fn cosine(a: &[f32], b: &[f32]) -> f32 {
         let dot: f32 = a.iter().zip(b).map(|(x, y)| x * y).sum();
         let norm = |v: &[f32]| v.iter().map(|x| x * x).sum::<f32>().sqrt();
@@ -975,16 +982,16 @@ mod tests {
                 .unwrap();
         }
         c.flush().unwrap();
-        let (before, segments_before) = (du(&dir), du(&dir.join("shard/segments")));
+        let (before, segments_before, rss_before) = (du(&dir), du(&dir.join("shard/segments")), rss());
         c.optimize();
         // The segments an optimization replaced go once the new ones are
         // durable: at the flushes after it (the server's every 5 s).
         c.flush().unwrap();
         c.flush().unwrap();
-        let (after, segments_after) = (du(&dir), du(&dir.join("shard/segments")));
+        let (after, segments_after, rss_after) = (du(&dir), du(&dir.join("shard/segments")), rss());
         let info = c.info().unwrap();
         eprintln!(
-            "{n} upserts, {} deletes: {before} bytes on disk before optimizing ({segments_before} of segments), {after} after ({segments_after}); {info:?}",
+            "{n} upserts, {} deletes: {before} bytes on disk before optimizing ({segments_before} of segments), {after} after ({segments_after}); resident {rss_before} kB before, {rss_after} kB after; {info:?}",
             n - kept
         );
         // What stays besides the segments is the WAL's, whose files the
