@@ -55,6 +55,13 @@ const INTAKE_LOG: &str = "intake.log";
 const INTAKE_APPLIED: &str = "intake.applied";
 /// The server's places on its hash ring for each shard (`HASH_RING_SHARD_SCALE`).
 const RING_SCALE: u32 = 100;
+/// Updates taken and not yet applied, at most: past it a new update waits
+/// for room, so a flood of `wait=false` updates holds its callers back
+/// instead of growing the queue without end.
+const QUEUE_BOUND: u64 = 128;
+/// The intake log's size past which the updates already applied are cut
+/// from it, when a steady stream never lets it empty.
+const INTAKE_COMPACT_BYTES: u64 = 64 << 20;
 
 /// The directory of engine shard `i`: `shard` for the first, as the layout
 /// of one shard a collection always had.
@@ -93,6 +100,8 @@ pub struct Collection {
     /// Whether a higher score is a better one, by vector name.
     higher_is_better: HashMap<String, bool>,
     intake: Mutex<Intake>,
+    /// Signalled when an update is applied: there is room in the queue.
+    room: std::sync::Condvar,
     /// Optimizations running now, for the collection's status.
     optimizing: AtomicUsize,
     /// Whether updates were applied since the optimizer last looked.
@@ -220,6 +229,7 @@ impl Collection {
             meta: Mutex::new(meta),
             sizes,
             higher_is_better,
+            room: std::sync::Condvar::new(),
             intake: Mutex::new(Intake {
                 log,
                 applied,
@@ -257,6 +267,7 @@ impl Collection {
     /// and ends, letting the collection go.
     pub fn close(&self) {
         self.intake.lock().expect("intake lock").queue = None;
+        self.room.notify_all();
         self.dirty.store(false, Ordering::Release);
     }
 
@@ -277,16 +288,17 @@ impl Collection {
         op: UpdateOperation,
         wait: bool,
     ) -> Result<Option<oneshot::Receiver<Result<(), ApiError>>>, ApiError> {
-        let record = serde_cbor::to_vec(&op).map_err(|e| ApiError::Internal(format!("encode an update: {e}")))?;
+        let frame = frame(0, &op).map_err(|e| ApiError::Internal(format!("encode an update: {e}")))?;
         let mut intake = self.intake.lock().expect("intake lock");
+        while intake.queue.is_some() && intake.last_written - intake.last_applied >= QUEUE_BOUND {
+            intake = self.room.wait(intake).expect("intake lock");
+        }
         let Some(queue) = intake.queue.clone() else {
             return Err(ApiError::collection_not_found(&self.name()));
         };
         let seq = intake.next_seq;
-        let mut frame = Vec::with_capacity(record.len() + 12);
-        frame.extend_from_slice(&seq.to_le_bytes());
-        frame.extend_from_slice(&(record.len() as u32).to_le_bytes());
-        frame.extend_from_slice(&record);
+        let mut frame = frame;
+        frame[..8].copy_from_slice(&seq.to_le_bytes());
         // No fsync, as the server's WAL has none per update: what is
         // written survives the process, not the machine.
         intake.log.write_all(&frame).map_err(|e| ApiError::Internal(format!("write {INTAKE_LOG}: {e}")))?;
@@ -348,14 +360,38 @@ impl Collection {
     fn mark_applied(&self, seq: u64) {
         let mut intake = self.intake.lock().expect("intake lock");
         intake.last_applied = seq;
+        self.room.notify_all();
         if let Err(e) = intake.applied.write_all_at(&seq.to_le_bytes(), 0) {
             log::error!("collection {}: write {INTAKE_APPLIED}: {e}", self.name());
         }
-        if seq >= intake.last_written
-            && let Err(e) = intake.log.set_len(0).and_then(|()| intake.log.seek(SeekFrom::Start(0)).map(|_| ()))
+        if seq >= intake.last_written {
+            if let Err(e) = intake.log.set_len(0).and_then(|()| intake.log.seek(SeekFrom::Start(0)).map(|_| ())) {
+                log::error!("collection {}: empty {INTAKE_LOG}: {e}", self.name());
+            }
+        } else if intake.log.metadata().is_ok_and(|m| m.len() > INTAKE_COMPACT_BYTES)
+            && let Err(e) = self.compact(&mut intake)
         {
-            log::error!("collection {}: empty {INTAKE_LOG}: {e}", self.name());
+            log::error!("collection {}: compact {INTAKE_LOG}: {e}", self.name());
         }
+    }
+
+    /// Rewrites the intake log with only the updates not yet applied (at
+    /// most the queue's bound), through a new file and a rename, so a crash
+    /// leaves the old log or the new.
+    fn compact(&self, intake: &mut Intake) -> std::io::Result<()> {
+        let pending: Vec<(u64, UpdateOperation)> =
+            read_intake(&mut intake.log)?.into_iter().filter(|(seq, _)| *seq > intake.last_applied).collect();
+        let tmp = self.dir.join(format!("{INTAKE_LOG}.tmp"));
+        let mut out = File::create(&tmp)?;
+        for (seq, op) in &pending {
+            out.write_all(&frame(*seq, op).map_err(std::io::Error::other)?)?;
+        }
+        out.sync_all()?;
+        std::fs::rename(&tmp, self.dir.join(INTAKE_LOG))?;
+        let mut log = std::fs::OpenOptions::new().read(true).write(true).open(self.dir.join(INTAKE_LOG))?;
+        log.seek(SeekFrom::End(0))?;
+        intake.log = log;
+        Ok(())
     }
 
     /// Applies one update to the shards it concerns.
@@ -675,6 +711,17 @@ impl Collection {
     }
 }
 
+/// An intake log record: the update's number, its length and its CBOR, the
+/// engine's own WAL encoding.
+fn frame(seq: u64, op: &UpdateOperation) -> Result<Vec<u8>, serde_cbor::Error> {
+    let record = serde_cbor::to_vec(op)?;
+    let mut frame = Vec::with_capacity(record.len() + 12);
+    frame.extend_from_slice(&seq.to_le_bytes());
+    frame.extend_from_slice(&(record.len() as u32).to_le_bytes());
+    frame.extend_from_slice(&record);
+    Ok(frame)
+}
+
 /// The records of an intake log, in order; a record cut short by a crash
 /// (never acknowledged) ends it.
 fn read_intake(log: &mut File) -> std::io::Result<Vec<(u64, UpdateOperation)>> {
@@ -924,10 +971,7 @@ mod tests {
             (2u64, Collection::upsert_op(points(3..5, 4), None, None)),
             (3, Collection::delete_ids_op(vec![PointId::NumId(1)])),
         ] {
-            let record = serde_cbor::to_vec(&op).unwrap();
-            let mut frame = seq.to_le_bytes().to_vec();
-            frame.extend_from_slice(&(record.len() as u32).to_le_bytes());
-            frame.extend_from_slice(&record);
+            let mut frame = frame(seq, &op).unwrap();
             if seq == 3 {
                 frame.truncate(frame.len() - 2);
             }
@@ -950,6 +994,31 @@ mod tests {
         while Arc::strong_count(&c) > 1 {
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
+    }
+
+    #[test]
+    fn compacting_the_intake_log_keeps_only_what_is_not_applied() {
+        let dir = temp_dir("compact");
+        let c = make(&dir, 4, 1, None);
+        c.close();
+        {
+            let mut intake = c.intake.lock().unwrap();
+            for seq in 1..=3 {
+                intake
+                    .log
+                    .write_all(&frame(seq, &Collection::delete_ids_op(vec![PointId::NumId(seq)])).unwrap())
+                    .unwrap();
+            }
+            intake.last_applied = 2;
+            c.compact(&mut intake).unwrap();
+            let left: Vec<u64> = read_intake(&mut intake.log).unwrap().into_iter().map(|(seq, _)| seq).collect();
+            assert_eq!(left, vec![3]);
+            intake.log.write_all(&frame(4, &Collection::delete_ids_op(vec![])).unwrap()).unwrap();
+            let left: Vec<u64> = read_intake(&mut intake.log).unwrap().into_iter().map(|(seq, _)| seq).collect();
+            assert_eq!(left, vec![3, 4], "and it is appended to after");
+        }
+        shut(c);
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     fn load_again(dir: &Path) -> Arc<Collection> {
