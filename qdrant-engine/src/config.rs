@@ -109,6 +109,11 @@ pub fn load(path: Option<&Path>, env: impl IntoIterator<Item = (String, String)>
     let from = |doc: &Value| serde_yaml::from_value::<Config>(doc.clone());
     let mut cfg =
         from(&doc).map_err(|e| format!("{}: {e}", path.map_or("defaults".into(), |p| p.display().to_string())))?;
+    // All the variables first, then one check, as the server reads them: a
+    // section set by two variables (tls.cert and tls.key) is whole only
+    // once both are in.
+    let file_doc = doc.clone();
+    let mut vars = Vec::new();
     for (name, value) in env {
         let Some(rest) = name.strip_prefix("QDRANT__") else { continue };
         let keys: Vec<String> = rest.split("__").map(str::to_lowercase).collect();
@@ -120,9 +125,23 @@ pub fn load(path: Option<&Path>, env: impl IntoIterator<Item = (String, String)>
             Ok(Value::Bool(b)) if b.to_string() == value => Value::Bool(b),
             _ => Value::String(value.clone()),
         };
-        set(&mut doc, &keys, parsed).map_err(|e| format!("{name}: {e}"))?;
-        // Checked one variable at a time, so an error names its variable.
-        cfg = from(&doc).map_err(|e| format!("{name}: {e}"))?;
+        set(&mut doc, &keys, parsed.clone()).map_err(|e| format!("{name}: {e}"))?;
+        vars.push((name, keys, parsed));
+    }
+    if !vars.is_empty() {
+        cfg = from(&doc).map_err(|e| {
+            // Name the variable whose value cannot be taken, when one alone
+            // over the file fails; else the error is of them together.
+            let culprit = vars.iter().find(|(_, keys, v)| {
+                let mut one = file_doc.clone();
+                set(&mut one, keys, v.clone()).is_ok()
+                    && from(&one).is_err_and(|e| !e.to_string().contains("missing field"))
+            });
+            match culprit {
+                Some((name, _, _)) => format!("{name}: {e}"),
+                None => format!("the QDRANT__ variables: {e}"),
+            }
+        })?;
     }
     if cfg.service.enable_tls && cfg.tls.is_none() {
         return Err("service.enable_tls is set but tls.cert and tls.key are not".into());
@@ -189,6 +208,20 @@ mod tests {
         let cfg = load(Some(&file), Vec::new()).unwrap();
         assert_eq!(cfg.service.api_key.as_deref(), Some("12345"));
         std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn tls_can_be_set_by_variables_alone() {
+        let cfg = load(
+            None,
+            env(&[
+                ("QDRANT__SERVICE__ENABLE_TLS", "true"),
+                ("QDRANT__TLS__CERT", "/c.pem"),
+                ("QDRANT__TLS__KEY", "/k.pem"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(cfg.tls, Some(Tls { cert: "/c.pem".into(), key: "/k.pem".into() }));
     }
 
     #[test]

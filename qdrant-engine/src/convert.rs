@@ -13,8 +13,9 @@ use qdrant_client::qdrant::r#match::MatchValue;
 use qdrant_client::qdrant::value::Kind;
 use qdrant_edge::external::uuid::Uuid;
 use qdrant_edge::{
-    DEFAULT_VECTOR_NAME, FacetValue, Filter, Payload, PointId, Record, VectorInternal, VectorPersisted,
-    VectorStructInternal, VectorStructPersisted, WithPayloadInterface, WithVector,
+    DEFAULT_VECTOR_NAME, FacetValue, Filter, NamedQuery, Payload, PointId, QueryEnum, Record, ScoredPoint,
+    ScoringQuery, SearchParams, VectorInternal, VectorPersisted, VectorStructInternal, VectorStructPersisted,
+    WithPayloadInterface, WithVector,
 };
 use serde_json::{Map, Number, Value as Json, json};
 
@@ -25,10 +26,10 @@ pub fn point_id(id: Option<grpc::PointId>) -> Result<PointId, ApiError> {
     use grpc::point_id::PointIdOptions;
     match id.and_then(|id| id.point_id_options) {
         Some(PointIdOptions::Num(n)) => Ok(PointId::NumId(n)),
-        Some(PointIdOptions::Uuid(s)) => Uuid::parse_str(&s)
-            .map(PointId::Uuid)
-            .map_err(|e| ApiError::BadInput(format!("Unable to parse UUID: {s}: {e}"))),
-        None => Err(ApiError::BadInput("Empty ID is not allowed".into())),
+        Some(PointIdOptions::Uuid(s)) => {
+            Uuid::parse_str(&s).map(PointId::Uuid).map_err(|_| ApiError::Invalid(format!("Unable to parse UUID: {s}")))
+        }
+        None => Err(ApiError::Invalid("Empty ID is not allowed".into())),
     }
 }
 
@@ -125,8 +126,12 @@ fn filter_json(f: grpc::Filter) -> Result<Json, ApiError> {
     Ok(Json::Object(out))
 }
 
+/// The conditions of a clause; an empty one is left out, as the server
+/// leaves it out.
 fn conditions_json(conds: Vec<grpc::Condition>) -> Result<Json, ApiError> {
-    Ok(Json::Array(conds.into_iter().map(condition_json).collect::<Result<_, _>>()?))
+    Ok(Json::Array(
+        conds.into_iter().filter(|c| c.condition_one_of.is_some()).map(condition_json).collect::<Result<_, _>>()?,
+    ))
 }
 
 fn condition_json(c: grpc::Condition) -> Result<Json, ApiError> {
@@ -144,7 +149,7 @@ fn condition_json(c: grpc::Condition) -> Result<Json, ApiError> {
             Ok(json!({"nested": {"key": n.key, "filter": inner}}))
         }
         Some(ConditionOneOf::HasVector(h)) => Ok(json!({"has_vector": h.has_vector})),
-        None => Err(ApiError::BadInput("Condition is empty".into())),
+        None => Ok(json!({})),
     }
 }
 
@@ -218,27 +223,35 @@ pub fn with_vector(sel: Option<grpc::WithVectorsSelector>) -> WithVector {
     }
 }
 
-/// The vectors of a point to write, checked against the collection's vector
-/// sizes by name ("" is the unnamed vector) before anything is written, so
-/// that a request with one bad point writes nothing, as on the server.
-pub fn vectors(v: Option<grpc::Vectors>, sizes: &HashMap<String, usize>) -> Result<VectorStructPersisted, ApiError> {
+/// The vectors of a point to write, as the server's gRPC layer reads them:
+/// a point without vectors is refused here, their sizes later
+/// ([`check_vectors`]), after strict mode, as on the server.
+pub fn vectors(v: Option<grpc::Vectors>) -> Result<VectorStructPersisted, ApiError> {
     use grpc::vectors::VectorsOptions;
     match v.and_then(|v| v.vectors_options) {
-        Some(VectorsOptions::Vector(v)) => {
-            let data = dense(v)?;
-            check_dim(DEFAULT_VECTOR_NAME, data.len(), sizes)?;
-            Ok(VectorStructPersisted::Single(data))
-        }
-        Some(VectorsOptions::Vectors(named)) => {
-            let mut out = HashMap::with_capacity(named.vectors.len());
-            for (name, v) in named.vectors {
-                let data = dense(v)?;
-                check_dim(&name, data.len(), sizes)?;
-                out.insert(name, VectorPersisted::Dense(data));
-            }
-            Ok(VectorStructPersisted::Named(out))
-        }
-        None => Err(ApiError::BadInput("Vectors are required".into())),
+        Some(VectorsOptions::Vector(v)) => Ok(VectorStructPersisted::Single(dense(v)?)),
+        Some(VectorsOptions::Vectors(named)) => Ok(VectorStructPersisted::Named(
+            named
+                .vectors
+                .into_iter()
+                .map(|(name, v)| Ok((name, VectorPersisted::Dense(dense(v)?))))
+                .collect::<Result<_, ApiError>>()?,
+        )),
+        None => Err(ApiError::Invalid("Expected some vectors".into())),
+    }
+}
+
+/// Checks a point's vectors against the collection's vector sizes by name
+/// ("" is the unnamed vector) before anything is written, so that a request
+/// with one bad point writes nothing, as on the server.
+pub fn check_vectors(v: &VectorStructPersisted, sizes: &HashMap<String, usize>) -> Result<(), ApiError> {
+    match v {
+        VectorStructPersisted::Single(data) => check_dim(DEFAULT_VECTOR_NAME, data.len(), sizes),
+        VectorStructPersisted::Named(named) => named.iter().try_for_each(|(name, v)| match v {
+            VectorPersisted::Dense(data) => check_dim(name, data.len(), sizes),
+            _ => Err(ApiError::unsupported("A vector other than dense")),
+        }),
+        _ => Err(ApiError::unsupported("A vector other than dense")),
     }
 }
 
@@ -300,6 +313,50 @@ fn vector_out(v: VectorInternal) -> grpc::VectorOutput {
     grpc::VectorOutput { data: vec![], indices: None, vectors_count: None, vector: Some(vector) }
 }
 
+/// A scored point, for a response.
+pub fn scored_out(p: ScoredPoint) -> grpc::ScoredPoint {
+    grpc::ScoredPoint {
+        id: Some(point_id_out(p.id)),
+        payload: payload_out(p.payload),
+        score: p.score,
+        version: p.version,
+        vectors: p.vector.map(vectors_out),
+        shard_key: None,
+        order_value: None,
+    }
+}
+
+/// Search parameters of a request.
+pub fn search_params(p: Option<grpc::SearchParams>) -> Result<Option<SearchParams>, ApiError> {
+    let Some(p) = p else { return Ok(None) };
+    if p.quantization.is_some() || p.acorn.is_some() {
+        return Err(ApiError::unsupported("Quantization and ACORN search parameters"));
+    }
+    Ok(Some(SearchParams {
+        hnsw_ef: p.hnsw_ef.map(|ef| ef as usize),
+        exact: p.exact.unwrap_or(false),
+        indexed_only: p.indexed_only.unwrap_or(false),
+        ..Default::default()
+    }))
+}
+
+/// The dense query vector of a nearest-neighbour query, by vector name.
+pub fn nearest(input: grpc::VectorInput, using: Option<String>) -> Result<ScoringQuery, ApiError> {
+    use grpc::vector_input::Variant;
+    let data = match input.variant {
+        Some(Variant::Dense(d)) => d.data,
+        Some(Variant::Id(_)) => return Err(ApiError::unsupported("A query by the id of a point")),
+        Some(Variant::Sparse(_)) => return Err(ApiError::unsupported("A sparse vector")),
+        Some(Variant::MultiDense(_)) => return Err(ApiError::unsupported("A multivector")),
+        Some(Variant::Document(_) | Variant::Image(_) | Variant::Object(_)) => {
+            return Err(ApiError::unsupported("Inference"));
+        }
+        None => return Err(ApiError::Invalid("VectorInput variant is missing".into())),
+    };
+    let using = using.filter(|u| u != DEFAULT_VECTOR_NAME);
+    Ok(ScoringQuery::Vector(QueryEnum::Nearest(NamedQuery { query: VectorInternal::Dense(data), using })))
+}
+
 /// A facet value, for a response.
 pub fn facet_value_out(v: FacetValue) -> grpc::FacetValue {
     use grpc::facet_value::Variant;
@@ -359,7 +416,7 @@ mod tests {
     fn an_unparsable_uuid_is_wrong_input() {
         let id = grpc::PointId { point_id_options: Some(grpc::point_id::PointIdOptions::Uuid("nope".into())) };
         let err = point_id(Some(id)).unwrap_err();
-        assert!(matches!(err, ApiError::BadInput(ref m) if m.contains("nope")), "got {err:?}");
+        assert_eq!(err, ApiError::Invalid("Unable to parse UUID: nope".into()));
     }
 
     #[test]
@@ -390,7 +447,7 @@ mod tests {
                 vector: Some(grpc::vector::Vector::Dense(grpc::DenseVector { data: vec![1.0, 2.0, 3.0] })),
             })),
         };
-        let err = vectors(Some(v), &sizes).unwrap_err();
+        let err = check_vectors(&vectors(Some(v)).unwrap(), &sizes).unwrap_err();
         assert_eq!(err, ApiError::BadInput("Vector dimension error: expected dim: 4, got 3".into()));
     }
 }

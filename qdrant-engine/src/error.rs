@@ -14,6 +14,11 @@ pub enum ApiError {
     BadRequest(String),
     NotFound(String),
     AlreadyExists(String),
+    /// A request the server's gRPC layer refuses as it stands, with its
+    /// message as is: InvalidArgument ("Unable to parse UUID: x").
+    Invalid(String),
+    /// The engine ran out of the time the request gave it: DeadlineExceeded.
+    Timeout(String),
     /// A part of Qdrant's API that this server does not serve.
     Unimplemented(String),
     Internal(String),
@@ -37,7 +42,8 @@ impl std::fmt::Display for ApiError {
             Self::BadInput(d) | Self::AlreadyExists(d) => write!(f, "Wrong input: {d}"),
             Self::BadRequest(d) => write!(f, "Bad request: {d}"),
             Self::NotFound(d) => write!(f, "Not found: {d}"),
-            Self::Unimplemented(d) => write!(f, "{d}"),
+            Self::Unimplemented(d) | Self::Invalid(d) => write!(f, "{d}"),
+            Self::Timeout(d) => write!(f, "Timeout error: {d}"),
             Self::Internal(d) => write!(f, "Service internal error: {d}"),
         }
     }
@@ -46,7 +52,8 @@ impl std::fmt::Display for ApiError {
 impl From<ApiError> for Status {
     fn from(err: ApiError) -> Self {
         let code = match &err {
-            ApiError::BadInput(_) | ApiError::BadRequest(_) => Code::InvalidArgument,
+            ApiError::BadInput(_) | ApiError::BadRequest(_) | ApiError::Invalid(_) => Code::InvalidArgument,
+            ApiError::Timeout(_) => Code::DeadlineExceeded,
             ApiError::NotFound(_) => Code::NotFound,
             ApiError::AlreadyExists(_) => Code::AlreadyExists,
             ApiError::Unimplemented(_) => Code::Unimplemented,
@@ -78,6 +85,7 @@ impl From<OperationError> for ApiError {
             OperationError::PointIdError { missed_point_id } => {
                 Self::NotFound(format!("No point with id {missed_point_id} found"))
             }
+            OperationError::Timeout { description } => Self::Timeout(description),
             OperationError::ServiceError { description, .. } => Self::Internal(description),
             other => Self::Internal(other.to_string()),
         }
@@ -101,6 +109,11 @@ mod tests {
                 ApiError::BadRequest("Limit exceeded 3 > 2 for \"upsert limit\"".into()),
                 Code::InvalidArgument,
                 "Bad request: Limit exceeded 3 > 2 for \"upsert limit\"",
+            ),
+            (
+                ApiError::from(OperationError::Timeout { description: "search".into() }),
+                Code::DeadlineExceeded,
+                "Timeout error: search",
             ),
             (
                 ApiError::AlreadyExists("Collection `c` already exists!".into()),

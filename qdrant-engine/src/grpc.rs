@@ -15,12 +15,16 @@ use qdrant_client::qdrant as grpc;
 use qdrant_client::qdrant::collections_server::Collections;
 use qdrant_client::qdrant::points_server::Points;
 use qdrant_client::qdrant::qdrant_server::Qdrant;
-use qdrant_edge::{FacetRequest, JsonPath, PayloadSchemaType, PointStructPersisted, ScrollRequest, UpdateMode};
+use qdrant_edge::{
+    FacetRequest, JsonPath, PayloadSchemaType, PointStructPersisted, QueryRequest, ScrollRequest, UpdateMode,
+    UpdateOperation,
+};
 use tonic::{Request, Response, Status};
 
 use crate::convert;
 use crate::error::ApiError;
 use crate::storage::{Collection, Storage};
+use crate::validate::Check;
 
 /// The Qdrant API version whose protocol this server speaks: that of the
 /// `qdrant-client` crate its services are generated from.
@@ -87,6 +91,7 @@ impl Collections for CollectionsService {
         let t = Instant::now();
         let storage = self.storage.clone();
         let name = req.into_inner().collection_name;
+        Check::default().collection("collection_name", &name).done()?;
         let result = blocking(move || collection_info(&storage, &name)).await?;
         Ok(Response::new(grpc::GetCollectionInfoResponse { result: Some(result), time: secs(t) }))
     }
@@ -105,6 +110,15 @@ impl Collections for CollectionsService {
         req: Request<grpc::CreateCollection>,
     ) -> Result<Response<grpc::CollectionOperationResponse>, Status> {
         let req = req.into_inner();
+        Check::default()
+            .new_collection("collection_name", &req.collection_name)
+            .vectors_config("vectors_config", req.vectors_config.as_ref())
+            .at_least("shard_number", req.shard_number.map(u64::from), 1)
+            .at_least("replication_factor", req.replication_factor.map(u64::from), 1)
+            .at_least("write_consistency_factor", req.write_consistency_factor.map(u64::from), 1)
+            .settings(req.hnsw_config.as_ref(), req.wal_config.as_ref(), req.optimizers_config.as_ref())
+            .strict_mode(req.strict_mode_config.as_ref())
+            .done()?;
         self.change(move |s| s.create(req).map(|()| true)).await
     }
 
@@ -113,6 +127,19 @@ impl Collections for CollectionsService {
         req: Request<grpc::UpdateCollection>,
     ) -> Result<Response<grpc::CollectionOperationResponse>, Status> {
         let req = req.into_inner();
+        let params = req.params.as_ref();
+        Check::default()
+            .collection("collection_name", &req.collection_name)
+            .at_least("params.replication_factor", params.and_then(|p| p.replication_factor).map(u64::from), 1)
+            .at_least(
+                "params.write_consistency_factor",
+                params.and_then(|p| p.write_consistency_factor).map(u64::from),
+                1,
+            )
+            .at_least("timeout", req.timeout, 1)
+            .settings(req.hnsw_config.as_ref(), None, req.optimizers_config.as_ref())
+            .strict_mode(req.strict_mode_config.as_ref())
+            .done()?;
         self.change(move |s| s.update(req).map(|()| true)).await
     }
 
@@ -120,7 +147,12 @@ impl Collections for CollectionsService {
         &self,
         req: Request<grpc::DeleteCollection>,
     ) -> Result<Response<grpc::CollectionOperationResponse>, Status> {
-        let name = req.into_inner().collection_name;
+        let req = req.into_inner();
+        Check::default()
+            .collection("collection_name", &req.collection_name)
+            .at_least("timeout", req.timeout, 1)
+            .done()?;
+        let name = req.collection_name;
         self.change(move |s| s.delete(&name)).await
     }
 
@@ -128,7 +160,9 @@ impl Collections for CollectionsService {
         &self,
         req: Request<grpc::ChangeAliases>,
     ) -> Result<Response<grpc::CollectionOperationResponse>, Status> {
-        let ops = req.into_inner().actions;
+        let req = req.into_inner();
+        Check::default().at_least("timeout", req.timeout, 1).done()?;
+        let ops = req.actions;
         self.change(move |s| s.update_aliases(ops).map(|()| true)).await
     }
 
@@ -138,7 +172,8 @@ impl Collections for CollectionsService {
     ) -> Result<Response<grpc::ListAliasesResponse>, Status> {
         let t = Instant::now();
         let name = req.into_inner().collection_name;
-        if !self.storage.exists(&name) {
+        Check::default().collection("collection_name", &name).done()?;
+        if !self.storage.exists_by_name(&name) {
             return Err(ApiError::collection_not_found(&name).into());
         }
         Ok(Response::new(aliases(self.storage.aliases(Some(&name)), t)))
@@ -156,7 +191,9 @@ impl Collections for CollectionsService {
         req: Request<grpc::CollectionExistsRequest>,
     ) -> Result<Response<grpc::CollectionExistsResponse>, Status> {
         let t = Instant::now();
-        let exists = self.storage.exists(&req.into_inner().collection_name);
+        let name = req.into_inner().collection_name;
+        Check::default().collection("collection_name", &name).done()?;
+        let exists = self.storage.exists(&name);
         Ok(Response::new(grpc::CollectionExistsResponse {
             result: Some(grpc::CollectionExists { exists }),
             time: secs(t),
@@ -226,8 +263,10 @@ fn collection_info(storage: &Storage, name: &str) -> Result<grpc::CollectionInfo
             )
         })
         .collect();
+    // As the server: yellow while an optimization runs, green otherwise.
+    let status = if c.optimizing() { grpc::CollectionStatus::Yellow } else { grpc::CollectionStatus::Green };
     Ok(grpc::CollectionInfo {
-        status: grpc::CollectionStatus::Green as i32,
+        status: status as i32,
         optimizer_status: Some(grpc::OptimizerStatus { ok: true, error: String::new() }),
         segments_count: info.segments_count as u64,
         points_count: Some(info.points_count as u64),
@@ -238,8 +277,8 @@ fn collection_info(storage: &Storage, name: &str) -> Result<grpc::CollectionInfo
                 shard_number: meta.shard_number.unwrap_or(1),
                 on_disk_payload: meta.on_disk_payload.unwrap_or(true),
                 vectors_config: meta.vectors_config,
-                replication_factor: Some(1),
-                write_consistency_factor: Some(1),
+                replication_factor: Some(meta.replication_factor.unwrap_or(1)),
+                write_consistency_factor: Some(meta.write_consistency_factor.unwrap_or(1)),
                 ..Default::default()
             }),
             hnsw_config: meta.hnsw_config,
@@ -260,24 +299,60 @@ pub struct PointsService {
 }
 
 impl PointsService {
-    /// Runs an update of a collection on the blocking pool. Every update is
-    /// applied before the answer; without `wait` the server answers
-    /// Acknowledged, and so does this one.
+    /// Takes an update of a collection: `f` builds it on the blocking pool
+    /// from the request (where a request the server refuses fails), then it
+    /// is written to the collection's intake log and queued. With `wait`
+    /// the answer comes once it is applied (Completed), without once it is
+    /// taken (Acknowledged), as the server answers.
     async fn update(
         &self,
         collection: &str,
         wait: Option<bool>,
-        f: impl FnOnce(&Collection) -> Result<(), ApiError> + Send + 'static,
+        f: impl FnOnce(&Collection) -> Result<UpdateOperation, ApiError> + Send + 'static,
     ) -> Result<Response<grpc::PointsOperationResponse>, Status> {
         let t = Instant::now();
         let c = self.storage.get(collection)?;
-        blocking(move || f(&c)).await?;
-        let status = if wait == Some(true) { grpc::UpdateStatus::Completed } else { grpc::UpdateStatus::Acknowledged };
+        let wait = wait == Some(true);
+        let applied = blocking(move || {
+            let op = f(&c)?;
+            c.submit(op, wait)
+        })
+        .await?;
+        if let Some(applied) = applied {
+            applied.await.map_err(|_| Status::internal("Service internal error: the update thread ended"))??;
+        }
+        let status = if wait { grpc::UpdateStatus::Completed } else { grpc::UpdateStatus::Acknowledged };
         Ok(Response::new(grpc::PointsOperationResponse {
             result: Some(grpc::UpdateResult { operation_id: None, status: status as i32 }),
             time: secs(t),
             usage: None,
         }))
+    }
+}
+
+impl PointsService {
+    /// The points a validated query selects, best first: Search is served
+    /// as the Query it is the older spelling of.
+    async fn nearest(&self, req: grpc::QueryPoints) -> Result<Vec<grpc::ScoredPoint>, Status> {
+        use grpc::query::Variant;
+        let c = self.storage.get(&req.collection_name)?;
+        let result = blocking(move || {
+            let mut q = QueryRequest::new(req.limit.unwrap_or(10) as usize);
+            q.query = match req.query.and_then(|q| q.variant) {
+                None => None,
+                Some(Variant::Nearest(input)) => Some(convert::nearest(input, req.using)?),
+                Some(_) => return Err(ApiError::unsupported("A query other than nearest")),
+            };
+            q.filter = convert::filter_opt(req.filter)?;
+            q.params = convert::search_params(req.params)?;
+            q.score_threshold = req.score_threshold;
+            q.offset = req.offset.unwrap_or(0) as usize;
+            q.with_payload = convert::with_payload(req.with_payload, false)?;
+            q.with_vector = convert::with_vector(req.with_vectors);
+            c.query(q)
+        })
+        .await?;
+        Ok(result.into_iter().map(convert::scored_out).collect())
     }
 }
 
@@ -292,18 +367,30 @@ impl Points for PointsService {
         req: Request<grpc::UpsertPoints>,
     ) -> Result<Response<grpc::PointsOperationResponse>, Status> {
         let req = req.into_inner();
+        Check::default()
+            .collection("collection_name", &req.collection_name)
+            .filter("update_filter", req.update_filter.as_ref())
+            .done()?;
         self.update(&req.collection_name.clone(), req.wait, move |c| {
+            // In the server's order: the gRPC layer reads the points (an id,
+            // some vectors), strict mode checks the batch, the shard checks
+            // the vectors' sizes. An oversized batch with a vector of the
+            // wrong size is refused for its size.
             let points = req
                 .points
                 .into_iter()
                 .map(|p| {
                     Ok(PointStructPersisted {
                         id: convert::point_id(p.id)?,
-                        vector: convert::vectors(p.vectors, c.sizes())?,
+                        vector: convert::vectors(p.vectors)?,
                         payload: Some(convert::payload(p.payload)?),
                     })
                 })
                 .collect::<Result<Vec<_>, ApiError>>()?;
+            c.check_upsert_limit(points.len())?;
+            for p in &points {
+                convert::check_vectors(&p.vector, c.sizes())?;
+            }
             let mode = match req.update_mode.map(grpc::UpdateMode::try_from) {
                 None => None,
                 Some(Ok(grpc::UpdateMode::Upsert)) => Some(UpdateMode::Upsert),
@@ -311,7 +398,7 @@ impl Points for PointsService {
                 Some(Ok(grpc::UpdateMode::UpdateOnly)) => Some(UpdateMode::UpdateOnly),
                 Some(Err(e)) => return Err(ApiError::BadInput(format!("Unknown update mode: {e}"))),
             };
-            c.upsert(points, convert::filter_opt(req.update_filter)?, mode)
+            Ok(Collection::upsert_op(points, convert::filter_opt(req.update_filter)?, mode))
         })
         .await
     }
@@ -322,13 +409,18 @@ impl Points for PointsService {
     ) -> Result<Response<grpc::PointsOperationResponse>, Status> {
         use grpc::points_selector::PointsSelectorOneOf;
         let req = req.into_inner();
-        self.update(&req.collection_name.clone(), req.wait, move |c| {
+        let filter = match req.points.as_ref().and_then(|p| p.points_selector_one_of.as_ref()) {
+            Some(PointsSelectorOneOf::Filter(f)) => Some(f),
+            _ => None,
+        };
+        Check::default().collection("collection_name", &req.collection_name).filter("points.filter", filter).done()?;
+        self.update(&req.collection_name.clone(), req.wait, move |_| {
             match req.points.and_then(|p| p.points_selector_one_of) {
-                Some(PointsSelectorOneOf::Points(list)) => {
-                    c.delete_ids(list.ids.into_iter().map(|id| convert::point_id(Some(id))).collect::<Result<_, _>>()?)
-                }
-                Some(PointsSelectorOneOf::Filter(f)) => c.delete_filter(convert::filter(f)?),
-                None => Err(ApiError::BadInput("No PointsSelector".into())),
+                Some(PointsSelectorOneOf::Points(list)) => Ok(Collection::delete_ids_op(
+                    list.ids.into_iter().map(|id| convert::point_id(Some(id))).collect::<Result<_, _>>()?,
+                )),
+                Some(PointsSelectorOneOf::Filter(f)) => Ok(Collection::delete_filter_op(convert::filter(f)?)),
+                None => Err(ApiError::Invalid("Malformed PointsSelector type".into())),
             }
         })
         .await
@@ -337,6 +429,7 @@ impl Points for PointsService {
     async fn get(&self, req: Request<grpc::GetPoints>) -> Result<Response<grpc::GetResponse>, Status> {
         let t = Instant::now();
         let req = req.into_inner();
+        Check::default().collection("collection_name", &req.collection_name).done()?;
         let c = self.storage.get(&req.collection_name)?;
         let result = blocking(move || {
             let ids = req.ids.into_iter().map(|id| convert::point_id(Some(id))).collect::<Result<_, _>>()?;
@@ -356,7 +449,11 @@ impl Points for PointsService {
         req: Request<grpc::CreateFieldIndexCollection>,
     ) -> Result<Response<grpc::PointsOperationResponse>, Status> {
         let req = req.into_inner();
-        self.update(&req.collection_name.clone(), req.wait, move |c| {
+        Check::default()
+            .collection("collection_name", &req.collection_name)
+            .not_empty("field_name", &req.field_name)
+            .done()?;
+        self.update(&req.collection_name.clone(), req.wait, move |_| {
             let schema = match req.field_type.map(grpc::FieldType::try_from) {
                 None => None,
                 Some(Ok(grpc::FieldType::Keyword)) => Some(PayloadSchemaType::Keyword),
@@ -372,7 +469,12 @@ impl Points for PointsService {
             if req.field_index_params.is_some() {
                 return Err(ApiError::unsupported("Payload index parameters"));
             }
-            c.create_index(json_path(&req.field_name)?, schema)
+            let Some(schema) = schema else {
+                return Err(ApiError::BadRequest(
+                    "Can't auto-detect field type, please specify `field_schema` in the request".into(),
+                ));
+            };
+            Ok(Collection::create_index_op(json_path(&req.field_name)?, schema))
         })
         .await
     }
@@ -382,12 +484,24 @@ impl Points for PointsService {
         req: Request<grpc::DeleteFieldIndexCollection>,
     ) -> Result<Response<grpc::PointsOperationResponse>, Status> {
         let req = req.into_inner();
-        self.update(&req.collection_name.clone(), req.wait, move |c| c.delete_index(json_path(&req.field_name)?)).await
+        Check::default()
+            .collection("collection_name", &req.collection_name)
+            .not_empty("field_name", &req.field_name)
+            .done()?;
+        self.update(&req.collection_name.clone(), req.wait, move |_| {
+            Ok(Collection::delete_index_op(json_path(&req.field_name)?))
+        })
+        .await
     }
 
     async fn scroll(&self, req: Request<grpc::ScrollPoints>) -> Result<Response<grpc::ScrollResponse>, Status> {
         let t = Instant::now();
         let req = req.into_inner();
+        Check::default()
+            .collection("collection_name", &req.collection_name)
+            .filter("filter", req.filter.as_ref())
+            .at_least("limit", req.limit.map(u64::from), 1)
+            .done()?;
         let c = self.storage.get(&req.collection_name)?;
         if req.order_by.is_some() {
             return Err(ApiError::unsupported("Scrolling with order_by").into());
@@ -415,6 +529,10 @@ impl Points for PointsService {
     async fn count(&self, req: Request<grpc::CountPoints>) -> Result<Response<grpc::CountResponse>, Status> {
         let t = Instant::now();
         let req = req.into_inner();
+        Check::default()
+            .collection("collection_name", &req.collection_name)
+            .filter("filter", req.filter.as_ref())
+            .done()?;
         let c = self.storage.get(&req.collection_name)?;
         let count = blocking(move || c.count(convert::filter_opt(req.filter)?, req.exact.unwrap_or(true))).await?;
         Ok(Response::new(grpc::CountResponse {
@@ -427,6 +545,12 @@ impl Points for PointsService {
     async fn facet(&self, req: Request<grpc::FacetCounts>) -> Result<Response<grpc::FacetResponse>, Status> {
         let t = Instant::now();
         let req = req.into_inner();
+        Check::default()
+            .collection("collection_name", &req.collection_name)
+            .not_empty("key", &req.key)
+            .filter("filter", req.filter.as_ref())
+            .at_least("timeout", req.timeout, 1)
+            .done()?;
         let c = self.storage.get(&req.collection_name)?;
         let hits = blocking(move || {
             let mut facet = FacetRequest::new(json_path(&req.key)?);
@@ -445,6 +569,58 @@ impl Points for PointsService {
         Ok(Response::new(grpc::FacetResponse { hits, time: secs(t), usage: None }))
     }
 
+    async fn search(&self, req: Request<grpc::SearchPoints>) -> Result<Response<grpc::SearchResponse>, Status> {
+        let t = Instant::now();
+        let req = req.into_inner();
+        Check::default()
+            .collection("collection_name", &req.collection_name)
+            .filter("filter", req.filter.as_ref())
+            .at_least("limit", Some(req.limit), 1)
+            .at_least("params.hnsw_ef", req.params.as_ref().and_then(|p| p.hnsw_ef), 1)
+            .at_least("timeout", req.timeout, 1)
+            .done()?;
+        if req.sparse_indices.is_some() {
+            return Err(ApiError::unsupported("A sparse vector").into());
+        }
+        let query = grpc::QueryPoints {
+            collection_name: req.collection_name,
+            query: Some(grpc::Query {
+                variant: Some(grpc::query::Variant::Nearest(grpc::VectorInput {
+                    variant: Some(grpc::vector_input::Variant::Dense(grpc::DenseVector { data: req.vector })),
+                })),
+            }),
+            using: req.vector_name,
+            filter: req.filter,
+            params: req.params,
+            score_threshold: req.score_threshold,
+            limit: Some(req.limit),
+            offset: req.offset,
+            with_vectors: req.with_vectors,
+            with_payload: req.with_payload,
+            ..Default::default()
+        };
+        Ok(Response::new(grpc::SearchResponse { result: self.nearest(query).await?, time: secs(t), usage: None }))
+    }
+
+    async fn query(&self, req: Request<grpc::QueryPoints>) -> Result<Response<grpc::QueryResponse>, Status> {
+        let t = Instant::now();
+        let req = req.into_inner();
+        Check::default()
+            .collection("collection_name", &req.collection_name)
+            .filter("filter", req.filter.as_ref())
+            .at_least("limit", req.limit, 1)
+            .at_least("params.hnsw_ef", req.params.as_ref().and_then(|p| p.hnsw_ef), 1)
+            .at_least("timeout", req.timeout, 1)
+            .done()?;
+        if !req.prefetch.is_empty() {
+            return Err(ApiError::unsupported("A query with prefetch").into());
+        }
+        if req.lookup_from.is_some() {
+            return Err(ApiError::unsupported("A query with lookup_from").into());
+        }
+        Ok(Response::new(grpc::QueryResponse { result: self.nearest(req).await?, time: secs(t), usage: None }))
+    }
+
     unserved! { "Points":
         update_vectors(grpc::UpdatePointVectors) -> grpc::PointsOperationResponse;
         delete_vectors(grpc::DeletePointVectors) -> grpc::PointsOperationResponse;
@@ -452,7 +628,6 @@ impl Points for PointsService {
         overwrite_payload(grpc::SetPayloadPoints) -> grpc::PointsOperationResponse;
         delete_payload(grpc::DeletePayloadPoints) -> grpc::PointsOperationResponse;
         clear_payload(grpc::ClearPayloadPoints) -> grpc::PointsOperationResponse;
-        search(grpc::SearchPoints) -> grpc::SearchResponse;
         search_batch(grpc::SearchBatchPoints) -> grpc::SearchBatchResponse;
         search_groups(grpc::SearchPointGroups) -> grpc::SearchGroupsResponse;
         recommend(grpc::RecommendPoints) -> grpc::RecommendResponse;
@@ -461,7 +636,6 @@ impl Points for PointsService {
         discover(grpc::DiscoverPoints) -> grpc::DiscoverResponse;
         discover_batch(grpc::DiscoverBatchPoints) -> grpc::DiscoverBatchResponse;
         update_batch(grpc::UpdateBatchPoints) -> grpc::UpdateBatchResponse;
-        query(grpc::QueryPoints) -> grpc::QueryResponse;
         query_batch(grpc::QueryBatchPoints) -> grpc::QueryBatchResponse;
         query_groups(grpc::QueryPointGroups) -> grpc::QueryGroupsResponse;
         search_matrix_pairs(grpc::SearchMatrixPoints) -> grpc::SearchMatrixPairsResponse;
@@ -490,10 +664,13 @@ impl tonic::service::Interceptor for ApiKey {
     }
 }
 
-/// Compares without an early exit, so the time taken does not tell how much
-/// of a guessed key was right.
+/// Compares without an early exit, on the length as on the bytes, so the
+/// time taken tells neither how much of a guessed key was right nor how
+/// long the key is: every byte of the longer is read.
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    let n = a.len().max(b.len());
+    let diff = (0..n).fold(0u8, |acc, i| acc | (a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0xff)));
+    diff == 0 && a.len() == b.len()
 }
 
 #[cfg(test)]
@@ -515,5 +692,14 @@ mod tests {
         req.metadata_mut().insert("authorization", "Bearer secret-1".parse().unwrap());
         assert!(key.call(req).is_ok());
         assert!(ApiKey(None).call(Request::new(())).is_ok());
+    }
+
+    #[test]
+    fn keys_compare_whole() {
+        assert!(constant_time_eq(b"secret", b"secret"));
+        assert!(!constant_time_eq(b"secret", b"secret-1"));
+        assert!(!constant_time_eq(b"secret-1", b"secret"));
+        assert!(!constant_time_eq(b"", b"x"));
+        assert!(!constant_time_eq(b"secreT", b"secret"));
     }
 }

@@ -1,6 +1,6 @@
 //! qdrant-engine: the part of Qdrant's gRPC API that projector and its tests
 //! use, served from Qdrant's own engine, the `qdrant-edge` crate (segments,
-//! WAL, payload indexes, filters), one engine shard a collection, on disk.
+//! WAL, payload indexes, filters, search, optimizers), on disk.
 //!
 //! It stands in for the Qdrant server on machines that cannot get one; see
 //! README.md for what it serves and how it differs from the server.
@@ -9,12 +9,14 @@
 //! Settings come from FILE and QDRANT__SECTION__KEY variables, as the
 //! server's do (see config.rs).
 
+mod collection;
 mod config;
 mod convert;
 mod error;
 mod grpc;
 mod http;
 mod storage;
+mod validate;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -57,7 +59,11 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(cfg.log_level.to_lowercase())).init();
+    // The engine warns "Feature flags not initialized!" at each segment it
+    // opens: its flags are the server's defaults and a crate user cannot
+    // set them (the setter is private), so the warning says nothing.
+    let filter = format!("{},qdrant_edge::common::flags=error", cfg.log_level.to_lowercase());
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or(filter)).init();
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
@@ -95,6 +101,11 @@ async fn run(cfg: Config) -> Result<(), String> {
         .await
         .map_err(|e| format!("load storage: {e}"))?
         .map_err(|e| format!("load storage {}: {e}", cfg.storage.storage_path.display()))?;
+    let unloadable = storage.unloadable();
+    if !unloadable.is_empty() {
+        let names: Vec<&str> = unloadable.keys().map(String::as_str).collect();
+        log::error!("serving without the collections that cannot be loaded: {}", names.join(", "));
+    }
     let storage = Arc::new(storage);
 
     let grpc_addr = addr(&cfg.service.host, cfg.service.grpc_port)?;
@@ -141,8 +152,12 @@ async fn run(cfg: Config) -> Result<(), String> {
     };
     let tls_on = http_tls.is_some();
     let http_task = tokio::spawn(http::serve(http_listener, http_tls, stop_rx.clone()));
-    let flush_task =
-        tokio::spawn(flush_every(storage.clone(), Duration::from_secs(cfg.storage.flush_interval_sec.max(1)), stop_rx));
+    let flush_task = tokio::spawn(flush_every(
+        storage.clone(),
+        Duration::from_secs(cfg.storage.flush_interval_sec.max(1)),
+        stop_rx.clone(),
+    ));
+    start_optimizer(storage.clone(), stop_rx)?;
 
     log::info!(
         "ready: gRPC on {grpc_addr}, REST on {http_addr}{}{}",
@@ -155,8 +170,13 @@ async fn run(cfg: Config) -> Result<(), String> {
     let served = grpc_task.await.map_err(|e| format!("gRPC server: {e}"))?;
     let _ = http_task.await;
     let _ = flush_task.await;
-    // Persist the segments so the next start replays no WAL.
-    let _ = tokio::task::spawn_blocking(move || storage.flush_all()).await;
+    // Apply the updates already taken, then persist the segments so the
+    // next start replays no WAL.
+    let _ = tokio::task::spawn_blocking(move || {
+        storage.close_all(Duration::from_secs(5));
+        storage.flush_all()
+    })
+    .await;
     served.map_err(|e| format!("gRPC server: {e}"))?;
     log::info!("stopped");
     Ok(())
@@ -183,6 +203,24 @@ async fn flush_every(storage: Arc<Storage>, every: Duration, mut stop: watch::Re
             }
         }
     }
+}
+
+/// Starts the optimizer: one thread that runs the engine's optimizers on
+/// the collections that had updates, as the server's optimizers run after
+/// updates, until `stop` turns true. A stop does not wait for an
+/// optimization under way: the engine finishes or discards it at the next
+/// load, as the server's does after a crash.
+fn start_optimizer(storage: Arc<Storage>, stop: watch::Receiver<bool>) -> Result<(), String> {
+    std::thread::Builder::new()
+        .name("qe-optimize".into())
+        .spawn(move || {
+            while !*stop.borrow() {
+                storage.optimize_all();
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        })
+        .map(|_| ())
+        .map_err(|e| format!("start the optimizer: {e}"))
 }
 
 /// Returns once the stop flag is set (or its sender is gone).
