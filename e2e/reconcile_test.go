@@ -418,3 +418,29 @@ func TestReconcile(t *testing.T) {
 		}
 	})
 }
+
+// TestReconcileBeforeTheStoresArePrepared: on stores nothing has been
+// projected to yet (a fresh deployment, or the default names after the
+// tests), reconcile says what is missing and what to run, and reports no
+// "no discrepancies" for a comparison it never made; once `projector
+// migrate` has prepared them, it finds empty stores consistent.
+func TestReconcileBeforeTheStoresArePrepared(t *testing.T) {
+	w := newWorld(t, 1)
+	for _, output := range [][]string{nil, {"--json"}} {
+		args := append([]string{"reconcile", "--key-prefix", w.prefix, "--brokers", w.brokers, "--group", w.group}, w.storeFlags()...)
+		stdout, stderr, code := w.cli(append(args, output...)...)
+		if code != 1 || !strings.Contains(stderr, w.collection) || !strings.Contains(stderr, "projector migrate") {
+			t.Errorf("reconcile %v on unprepared stores: exit %d, stderr %q; want exit 1 naming collection %s and `projector migrate`", output, code, stderr, w.collection)
+		}
+		if strings.Contains(stdout, "no discrepancies") || strings.Contains(stdout, `"type":"summary"`) {
+			t.Errorf("reconcile %v on unprepared stores reported a comparison it did not make: %q", output, stdout)
+		}
+	}
+	if _, stderr, code := w.cli(append([]string{"migrate"}, w.storeFlags()...)...); code != 0 {
+		t.Fatalf("projector migrate: exit %d, %s", code, stderr)
+	}
+	stdout, stderr, code := w.cli(append([]string{"reconcile", "--key-prefix", w.prefix, "--brokers", w.brokers, "--group", w.group}, w.storeFlags()...)...)
+	if code != 0 || !strings.Contains(stdout, "no discrepancies") {
+		t.Errorf("reconcile on prepared, empty stores: exit %d, stdout %q, stderr %q; want exit 0 and no discrepancies", code, stdout, stderr)
+	}
+}

@@ -120,6 +120,14 @@ func reconcileCommand(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	defer st.close(context.WithoutCancel(ctx))
+	// Stores nothing was projected to are not empty stores to compare: say
+	// what is missing and what prepares them, before any report.
+	if err := st.relational.CheckSchema(ctx); err != nil {
+		return fmt.Errorf("the relational store: %w", err)
+	}
+	if err := st.index.CheckCollection(ctx); err != nil {
+		return fmt.Errorf("the index: %w", err)
+	}
 	faults, err := fault.FromEnv(e.getenv)
 	if err != nil {
 		return err
@@ -162,7 +170,7 @@ func reconcileCommand(ctx context.Context, args []string, e env) error {
 		rep = &tableReport{w: out}
 	}
 	sum, runErr := rec.Run(ctx, rep)
-	rep.summary(sum, rec.StoreNames())
+	rep.summary(sum, rec.StoreNames(), runErr == nil)
 	if err := out.Flush(); err != nil && runErr == nil {
 		runErr = fmt.Errorf("write the report: %w", err)
 	}
@@ -217,7 +225,9 @@ func (f *reconcileFlags) takeRepairLease(ctx context.Context, log *zap.Logger, s
 // report writes discrepancies as they come and the summary at the end.
 type report interface {
 	reconcile.Reporter
-	summary(s *reconcile.Summary, stores []string)
+	// summary ends the report; complete is false when the run stopped
+	// on an error, and the summary covers what was compared until then.
+	summary(s *reconcile.Summary, stores []string, complete bool)
 }
 
 // tableReport is the readable report: a header, one line per discrepancy
@@ -282,8 +292,11 @@ func printableKey(k string) string {
 	return k
 }
 
-func (t *tableReport) summary(s *reconcile.Summary, stores []string) {
-	if !t.header {
+func (t *tableReport) summary(s *reconcile.Summary, stores []string, complete bool) {
+	switch {
+	case !complete:
+		fmt.Fprintln(t.w, "incomplete: the run stopped on an error (below); the summary covers what was compared")
+	case !t.header:
 		fmt.Fprintln(t.w, "no discrepancies")
 	}
 	fmt.Fprintln(t.w, s.Line(stores))
@@ -311,7 +324,7 @@ func (j *jsonReport) write(v any) error {
 	return err
 }
 
-func (j *jsonReport) summary(s *reconcile.Summary, stores []string) {
+func (j *jsonReport) summary(s *reconcile.Summary, stores []string, complete bool) {
 	found := make(map[string]map[string]int64, len(stores))
 	for _, st := range stores {
 		found[st] = map[string]int64{}
@@ -322,7 +335,7 @@ func (j *jsonReport) summary(s *reconcile.Summary, stores []string) {
 	_ = j.write(map[string]any{
 		"type": "summary", "documents": s.Documents, "unknown_keys": s.UnknownKeys,
 		"total": s.Total(), "resolved": s.Resolved, "unresolved": s.Unresolved(),
-		"discrepancies": found, "seconds": s.Duration.Seconds(), "capped": s.Capped,
+		"discrepancies": found, "seconds": s.Duration.Seconds(), "capped": s.Capped, "complete": complete,
 	})
 }
 

@@ -68,7 +68,7 @@ func TestTableReport(t *testing.T) {
 	if err := rep.Report(discrepancy()); err != nil {
 		t.Fatal(err)
 	}
-	rep.summary(&reconcile.Summary{Documents: 5, Found: map[string]map[reconcile.Class]int64{"index": {reconcile.VersionSkew: 1}}, Resolved: 1, Duration: 1500 * time.Millisecond}, []string{"index"})
+	rep.summary(&reconcile.Summary{Documents: 5, Found: map[string]map[reconcile.Class]int64{"index": {reconcile.VersionSkew: 1}}, Resolved: 1, Duration: 1500 * time.Millisecond}, []string{"index"}, true)
 	got := b.String()
 	for _, want := range []string{
 		"STORE       CLASS              STATUS     VERSION   WANT   HELD  MISSING  EXTRA  ACTION        DOCUMENT\n",
@@ -83,9 +83,14 @@ func TestTableReport(t *testing.T) {
 		}
 	}
 	var empty bytes.Buffer
-	(&tableReport{w: &empty}).summary(&reconcile.Summary{Found: map[string]map[reconcile.Class]int64{}}, nil)
+	(&tableReport{w: &empty}).summary(&reconcile.Summary{Found: map[string]map[reconcile.Class]int64{}}, nil, true)
 	if !strings.HasPrefix(empty.String(), "no discrepancies\nsummary documents=0 ") {
 		t.Errorf("table of a clean run = %q, want \"no discrepancies\" and the summary", empty.String())
+	}
+	var failed bytes.Buffer
+	(&tableReport{w: &failed}).summary(&reconcile.Summary{Found: map[string]map[reconcile.Class]int64{}}, nil, false)
+	if got := failed.String(); strings.Contains(got, "no discrepancies") || !strings.HasPrefix(got, "incomplete:") {
+		t.Errorf("table of a run that stopped on an error = %q, want it incomplete, not clean", got)
 	}
 }
 
@@ -95,7 +100,7 @@ func TestJSONReport(t *testing.T) {
 	if err := rep.Report(discrepancy()); err != nil {
 		t.Fatal(err)
 	}
-	rep.summary(&reconcile.Summary{Documents: 5, Found: map[string]map[reconcile.Class]int64{"index": {reconcile.VersionSkew: 1}}}, []string{"index"})
+	rep.summary(&reconcile.Summary{Documents: 5, Found: map[string]map[reconcile.Class]int64{"index": {reconcile.VersionSkew: 1}}}, []string{"index"}, false)
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
 	if len(lines) != 2 {
 		t.Fatalf("json report = %q, want two lines", b.String())
@@ -112,11 +117,12 @@ func TestJSONReport(t *testing.T) {
 		Documents     int64
 		Total         int64
 		Discrepancies map[string]map[string]int64
+		Complete      bool
 	}
 	if err := json.Unmarshal([]byte(lines[1]), &s); err != nil {
 		t.Fatal(err)
 	}
-	if s.Type != "summary" || s.Documents != 5 || s.Total != 1 || s.Discrepancies["index"]["version_skew"] != 1 || len(s.Discrepancies["index"]) != 4 {
-		t.Errorf("summary line = %+v, want 5 documents, 1 skew and every class", s)
+	if s.Type != "summary" || s.Documents != 5 || s.Total != 1 || s.Discrepancies["index"]["version_skew"] != 1 || len(s.Discrepancies["index"]) != 4 || s.Complete {
+		t.Errorf("summary line = %+v, want 5 documents, 1 skew, every class, and incomplete", s)
 	}
 }

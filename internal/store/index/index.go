@@ -166,14 +166,8 @@ func (s *Store) Migrate(ctx context.Context) error {
 			return classify(ctx, fmt.Errorf("create collection %s: %w", s.cfg.Collection, err))
 		}
 	}
-	info, err := s.client.GetCollectionInfo(ctx, s.cfg.Collection)
-	if err != nil {
-		return classify(ctx, fmt.Errorf("read collection %s: %w", s.cfg.Collection, err))
-	}
-	if size := info.GetConfig().GetParams().GetVectorsConfig().GetParams().GetSize(); size != uint64(s.cfg.Dim) {
-		return &project.StoreError{Store: project.StoreIndex, Kind: project.Fatal, Err: fmt.Errorf(
-			"collection %s has vectors of dimension %d but the embedder makes %d; use another --qdrant-collection or set the embedder's dimension to %d",
-			s.cfg.Collection, size, s.cfg.Dim, size)}
+	if err := s.checkDimension(ctx); err != nil {
+		return err
 	}
 	for field, typ := range map[string]qdrant.FieldType{"document_key": qdrant.FieldType_FieldTypeKeyword, "version": qdrant.FieldType_FieldTypeInteger} {
 		_, err := s.client.CreateFieldIndex(ctx, &qdrant.CreateFieldIndexCollection{
@@ -182,6 +176,39 @@ func (s *Store) Migrate(ctx context.Context) error {
 		if err != nil {
 			return classify(ctx, fmt.Errorf("create payload index %s: %w", field, err))
 		}
+	}
+	return nil
+}
+
+// CheckCollection returns a fatal StoreError unless the collection exists
+// with vectors of the embedder's dimension, and changes nothing: for the
+// commands that read the stores (reconcile), on which a missing collection
+// means nothing was projected there yet, not an empty index to compare.
+func (s *Store) CheckCollection(ctx context.Context) error {
+	exists, err := s.client.CollectionExists(ctx, s.cfg.Collection)
+	if err != nil {
+		return classify(ctx, fmt.Errorf("check collection %s: %w", s.cfg.Collection, err))
+	}
+	if !exists {
+		return &project.StoreError{Store: project.StoreIndex, Kind: project.Fatal, Err: fmt.Errorf(
+			"collection %s does not exist: nothing was projected to it yet, or --qdrant-collection names another; projector migrate creates it (projector run does too)",
+			s.cfg.Collection)}
+	}
+	return s.checkDimension(ctx)
+}
+
+// checkDimension refuses a collection whose vectors are not of the
+// embedder's dimension: writing would fail on every point, and comparing
+// it would compare another embedder's index.
+func (s *Store) checkDimension(ctx context.Context) error {
+	info, err := s.client.GetCollectionInfo(ctx, s.cfg.Collection)
+	if err != nil {
+		return classify(ctx, fmt.Errorf("read collection %s: %w", s.cfg.Collection, err))
+	}
+	if size := info.GetConfig().GetParams().GetVectorsConfig().GetParams().GetSize(); size != uint64(s.cfg.Dim) {
+		return &project.StoreError{Store: project.StoreIndex, Kind: project.Fatal, Err: fmt.Errorf(
+			"collection %s has vectors of dimension %d but the embedder makes %d; use another --qdrant-collection or set the embedder's dimension to %d",
+			s.cfg.Collection, size, s.cfg.Dim, size)}
 	}
 	return nil
 }

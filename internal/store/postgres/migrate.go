@@ -151,6 +151,10 @@ func (e *SchemaError) Error() string {
 		return fmt.Sprintf("schema %s is at version %d, newer than this build's %d: a newer projector migrated it; run that version or a newer one (docs/upgrading.md, \"Rolling back\")",
 			e.Schema, e.Have, e.Want)
 	}
+	if e.Have == 0 {
+		return fmt.Sprintf("schema %s is at version 0, older than this build's %d: nothing was projected to it yet, or --postgres-schema names another; run projector migrate first, or let run migrate (--migrate, the default)",
+			e.Schema, e.Want)
+	}
 	return fmt.Sprintf("schema %s is at version %d, older than this build's %d: run projector migrate first, or let run migrate (--migrate, the default)",
 		e.Schema, e.Have, e.Want)
 }
