@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/projector/projector/internal/embed"
+	"github.com/projector/projector/internal/generation"
 	"github.com/projector/projector/internal/project"
 	"github.com/projector/projector/internal/store/postgres"
 )
@@ -102,6 +103,17 @@ func (f *embedderFlags) resolve(fs *flag.FlagSet, vectorDim *int, getenv func(st
 	}
 	f.apiKey = key
 	return nil
+}
+
+// generation is the embedder of the flags as the generation registry
+// records it (after resolve): what generation 1 gets when a migrate
+// registers it, and what a member's flags must be one of.
+func (f *embedderFlags) generation() generation.Embedder {
+	e := generation.Embedder{Kind: f.kind, Dim: f.dim, Distance: generation.DistanceCosine}
+	if f.kind == generation.EmbedderHTTP {
+		e.Model, e.URL = f.model, f.url
+	}
+	return e
 }
 
 // open returns the embedder of the projection. With http it makes one

@@ -125,6 +125,18 @@ func reconcileCommand(ctx context.Context, args []string, e env) error {
 	if err := st.relational.CheckSchema(ctx); err != nil {
 		return fmt.Errorf("the relational store: %w", err)
 	}
+	// The index compared, and repaired, is the live generation's
+	// collection.
+	if err := st.useLive(ctx); err != nil {
+		return fmt.Errorf("the relational store: %w", err)
+	}
+	if f.repair && len(st.generations) > 0 {
+		// A repair from the log embeds as run does: with the live
+		// generation's embedder.
+		if err := st.generations.Check(f.embed.generation()); err != nil {
+			return err
+		}
+	}
 	if err := st.index.CheckCollection(ctx); err != nil {
 		return fmt.Errorf("the index: %w", err)
 	}

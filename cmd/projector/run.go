@@ -259,7 +259,10 @@ func serve(ctx context.Context, f *runFlags, log *zap.Logger, reg *prometheus.Re
 	if faults != nil {
 		st.relational.InjectFaults(faults)
 	}
-	if err := st.migrate(ctx, log, f.migrate); err != nil {
+	if err := st.migrate(ctx, log, f.migrate, f.embed.generation()); err != nil {
+		return err
+	}
+	if err := st.generations.Check(f.embed.generation()); err != nil {
 		return err
 	}
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{

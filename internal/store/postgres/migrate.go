@@ -126,6 +126,36 @@ CREATE TABLE index_settle (
 	PRIMARY KEY (source_topic, source_partition, document_key)
 );
 `,
+	// 7: the registry of index generations (generations.go): each a
+	// physical collection with its embedder, one of them live, which the
+	// readers' collection alias points at; and the epoch of the set of
+	// generations run writes, which every change of that set raises.
+	// Empty: the first migrate or run registers generation 1.
+	`
+CREATE TABLE index_generations (
+	generation     integer PRIMARY KEY CHECK (generation >= 1),
+	collection     text NOT NULL UNIQUE,
+	embedder       text NOT NULL,
+	model          text NOT NULL,
+	embed_url      text NOT NULL,
+	dim            integer NOT NULL CHECK (dim > 0),
+	distance       text NOT NULL,
+	state          text NOT NULL CHECK (state IN ('building', 'live', 'retiring', 'retired', 'aborted')),
+	fill_after     text,
+	fill_documents bigint NOT NULL DEFAULT 0,
+	fill_chunks    bigint NOT NULL DEFAULT 0,
+	fill_done_at   timestamptz,
+	created_at     timestamptz NOT NULL DEFAULT now(),
+	switched_at    timestamptz,
+	retire_after   timestamptz
+);
+CREATE UNIQUE INDEX index_generations_one_live ON index_generations ((true)) WHERE state = 'live';
+CREATE TABLE generation_set (
+	id    boolean PRIMARY KEY DEFAULT true CHECK (id),
+	epoch bigint NOT NULL DEFAULT 0
+);
+INSERT INTO generation_set DEFAULT VALUES;
+`,
 }
 
 // migrationLock is the advisory lock key that serialises migrations when

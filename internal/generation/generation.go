@@ -1,0 +1,226 @@
+// Package generation is the registry of index generations: each a physical
+// collection of the vector index with the embedder that fills it. Readers
+// search one stable name, a collection alias, which points at the live
+// generation; the projector writes the physical collections only, so that a
+// new generation (another model, another dimension) can be built beside
+// the live one and switched to in one alias update.
+//
+// The registry is kept in PostgreSQL (store/postgres), so every member of
+// the group agrees on it. This package decides what the registry must hold
+// when it is empty (Bootstrap) and whether a member can write every
+// generation it holds (Set.Check); cmd/projector wires it.
+package generation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+)
+
+// State is where a generation is in its life.
+type State string
+
+// The states of a generation. Only one generation is live at a time.
+const (
+	// Building: created beside the live one and being filled; run writes it.
+	Building State = "building"
+	// Live: the alias points at it; run writes it.
+	Live State = "live"
+	// Retiring: the alias moved away from it; run still writes it until it
+	// is retired, so that switching back stays possible meanwhile.
+	Retiring State = "retiring"
+	// Retired: no longer written; its collection is deleted after the
+	// grace period.
+	Retired State = "retired"
+	// Aborted: dropped while it was being built.
+	Aborted State = "aborted"
+)
+
+// Written reports whether run writes a generation in state s.
+func (s State) Written() bool { return s == Building || s == Live || s == Retiring }
+
+// The embedder kinds and distances this build knows.
+const (
+	EmbedderHashing = "hashing"
+	EmbedderHTTP    = "http"
+	DistanceCosine  = "cosine"
+)
+
+// Embedder names what computes a generation's vectors. Two generations
+// with equal Embedders hold the same vectors for the same text.
+type Embedder struct {
+	// Kind is hashing or http.
+	Kind string
+	// Model is the model name sent to an http endpoint ("" for hashing).
+	Model string
+	// URL is an http embedder's endpoint ("" for hashing). It is not a
+	// secret; the API key comes from each member's environment.
+	URL string
+	// Dim is the vector dimension.
+	Dim int
+	// Distance is the collection's distance: cosine.
+	Distance string
+}
+
+func (e Embedder) String() string {
+	s := e.Kind
+	if e.Model != "" {
+		s += " " + e.Model
+	}
+	return s + ", dimension " + strconv.Itoa(e.Dim) + ", " + e.Distance
+}
+
+// Same reports whether e and o compute the same vectors. The URL does not
+// count: one model may be served at two addresses.
+func (e Embedder) Same(o Embedder) bool {
+	return e.Kind == o.Kind && e.Model == o.Model && e.Dim == o.Dim && e.Distance == o.Distance
+}
+
+// known returns an error unless this build can compute e's vectors.
+func (e Embedder) known() error {
+	switch {
+	case e.Kind != EmbedderHashing && e.Kind != EmbedderHTTP:
+		return fmt.Errorf("embedder kind %q is not known to this build", e.Kind)
+	case e.Distance != DistanceCosine:
+		return fmt.Errorf("distance %q is not known to this build", e.Distance)
+	case e.Dim <= 0:
+		return fmt.Errorf("dimension %d", e.Dim)
+	case e.Kind == EmbedderHTTP && (e.Model == "" || e.URL == ""):
+		return errors.New("an http embedder without a model or an endpoint")
+	}
+	return nil
+}
+
+// Generation is one row of the registry.
+type Generation struct {
+	Number int
+	// Collection is the physical collection; it equals the alias only for
+	// a legacy generation (a collection made before generations).
+	Collection string
+	Embedder   Embedder
+	State      State
+}
+
+// Legacy reports whether g is a collection made before generations, named
+// as the alias is, so that no alias can exist beside it.
+func (g Generation) Legacy(alias string) bool { return g.Collection == alias }
+
+func (g Generation) String() string {
+	return fmt.Sprintf("generation %d (%s, collection %s, %s)", g.Number, g.State, g.Collection, g.Embedder)
+}
+
+// CollectionOf is the physical collection of generation n under alias.
+func CollectionOf(alias string, n int) string { return alias + "_g" + strconv.Itoa(n) }
+
+// Set is the registry's generations, by number.
+type Set []Generation
+
+// Live is the live generation; false when there is none (an empty
+// registry).
+func (s Set) Live() (Generation, bool) {
+	for _, g := range s {
+		if g.State == Live {
+			return g, true
+		}
+	}
+	return Generation{}, false
+}
+
+// Written is the generations run writes, by number.
+func (s Set) Written() Set {
+	var out Set
+	for _, g := range s {
+		if g.State.Written() {
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// Check returns an error unless a member whose own embedder flags say
+// flags can write every generation of s: this build knows each written
+// generation's embedder, and flags are one of theirs (a member configured
+// for another model is misconfigured, and would otherwise run on without
+// a word with the registry's). A member that cannot write a generation
+// refuses to start rather than skip it: the generation would miss its
+// writes.
+func (s Set) Check(flags Embedder) error {
+	written := s.Written()
+	if _, ok := s.Live(); !ok {
+		return errors.New("the generation registry has no live generation: run projector migrate")
+	}
+	matched := false
+	var names []string
+	for _, g := range written {
+		if err := g.Embedder.known(); err != nil {
+			return fmt.Errorf("%s: %w; run a build that knows it", g, err)
+		}
+		matched = matched || g.Embedder.Same(flags)
+		names = append(names, g.String())
+	}
+	if !matched {
+		return fmt.Errorf("this member's embedder flags (%s) match no generation it must write: %s; set them to one of these",
+			flags, strings.Join(names, "; "))
+	}
+	return nil
+}
+
+// Registry is the generations' record: the relational store.
+type Registry interface {
+	// Generations returns every generation, by number.
+	Generations(ctx context.Context) (Set, error)
+	// RegisterFirst records g as generation 1 unless the registry holds
+	// a generation already, and returns the registry's generations:
+	// members that bootstrap at once all get the first one's.
+	RegisterFirst(ctx context.Context, g Generation) (Set, error)
+}
+
+// Names is what Bootstrap needs of the index server: what a name is.
+type Names interface {
+	// Resolve says what name is in the index server: none, a
+	// collection, or an alias of the collection target.
+	Resolve(ctx context.Context, name string) (kind NameKind, target string, err error)
+}
+
+// NameKind is what a name of the index server is.
+type NameKind int
+
+// The kinds of names.
+const (
+	NameNone NameKind = iota
+	NameCollection
+	NameAlias
+)
+
+// Bootstrap returns the registry's generations, first registering
+// generation 1 with the embedder emb when the registry is empty: the
+// collection alias itself when a collection of that name exists (a
+// deployment from before generations, whose readers search it by name),
+// else alias_g1, which the caller creates with the alias. An alias of
+// that name that the registry does not know is refused: something else
+// made it, and writing beside it could mislead its readers.
+func Bootstrap(ctx context.Context, reg Registry, names Names, alias string, emb Embedder) (Set, error) {
+	set, err := reg.Generations(ctx)
+	if err != nil || len(set) > 0 {
+		return set, err
+	}
+	if err := emb.known(); err != nil {
+		return nil, fmt.Errorf("embedder %s: %w", emb, err)
+	}
+	kind, target, err := names.Resolve(ctx, alias)
+	if err != nil {
+		return nil, err
+	}
+	first := Generation{Number: 1, Collection: CollectionOf(alias, 1), Embedder: emb, State: Live}
+	switch kind {
+	case NameCollection:
+		first.Collection = alias
+	case NameAlias:
+		if target != first.Collection {
+			return nil, fmt.Errorf("the index server has an alias %s of collection %s that the generation registry does not know: delete the alias, or name another collection (--qdrant-collection)", alias, target)
+		}
+	}
+	return reg.RegisterFirst(ctx, first)
+}
