@@ -116,6 +116,16 @@ func (f *embedderFlags) generation() generation.Embedder {
 	return e
 }
 
+// openGeneration returns the embedder of generation g as the registry
+// records it, with the transport settings of the flags (timeout, batch,
+// concurrency, cache, API key): every member embeds a generation alike,
+// whatever its own --embedder flags say.
+func (f *embedderFlags) openGeneration(ctx context.Context, log *zap.Logger, reg prometheus.Registerer, rel *postgres.Store, g generation.Generation) (project.Embedder, error) {
+	gf := *f
+	gf.kind, gf.model, gf.url, gf.dim = g.Embedder.Kind, g.Embedder.Model, g.Embedder.URL, g.Embedder.Dim
+	return gf.open(ctx, log.With(zap.Int("generation", g.Number)), reg, rel)
+}
+
 // open returns the embedder of the projection. With http it makes one
 // probe request, waiting while the endpoint cannot be reached (in a
 // compose file it starts with the projector) and stopping the service when

@@ -2,8 +2,11 @@ package generation
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
+
+	"github.com/projector/projector/internal/project"
 )
 
 // registry is a Registry in memory.
@@ -113,5 +116,80 @@ func TestCheck(t *testing.T) {
 				t.Fatalf("Check = %v, want an error saying %q", err, tt.wantErr)
 			}
 		})
+	}
+}
+
+// setReader answers GenerationSet with the sets of reads, one a call, the
+// last one for ever.
+type setReader struct {
+	reads []struct {
+		epoch int64
+		set   Set
+	}
+}
+
+func (r *setReader) GenerationSet(context.Context) (int64, Set, error) {
+	next := r.reads[0]
+	if len(r.reads) > 1 {
+		r.reads = r.reads[1:]
+	}
+	return next.epoch, next.set, nil
+}
+
+func (r *setReader) then(epoch int64, set ...Generation) *setReader {
+	r.reads = append(r.reads, struct {
+		epoch int64
+		set   Set
+	}{epoch, set})
+	return r
+}
+
+func TestTracker(t *testing.T) {
+	ctx := context.Background()
+	g1 := Generation{Number: 1, Collection: "chunks_g1", Embedder: hashing, State: Live}
+	g2 := Generation{Number: 2, Collection: "chunks_g2", Embedder: http768, State: Building}
+	opened := map[int]int{}
+	open := func(_ context.Context, g Generation) (project.Generation, error) {
+		opened[g.Number]++
+		if g.Embedder.Kind == "word2vec" {
+			return project.Generation{}, errors.New("no such embedder")
+		}
+		return project.Generation{Number: g.Number}, nil
+	}
+	reads := (&setReader{}).then(1, g1).then(2, g1, g2).then(2, g1, g2).
+		then(3, g1, g2, Generation{Number: 3, Collection: "chunks_g3", Embedder: Embedder{Kind: "word2vec", Dim: 8, Distance: DistanceCosine}, State: Building})
+	tr, err := NewTracker(ctx, reads, 1, open)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if epoch, beside := tr.Current(); epoch != 1 || len(beside) != 0 {
+		t.Fatalf("Current = %d %v, want epoch 1 and nothing beside the primary", epoch, beside)
+	}
+	for range 2 { // the second finds the same epoch and opens nothing
+		if err := tr.Refresh(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if epoch, beside := tr.Current(); epoch != 2 || len(beside) != 1 || beside[0].Number != 2 || opened[2] != 1 {
+		t.Fatalf("Current = %d %v (generation 2 opened %d times), want epoch 2 with generation 2 beside, opened once", epoch, beside, opened[2])
+	}
+	err = tr.Refresh(ctx)
+	if _, ok := errors.AsType[*project.PermanentError](err); !ok || !strings.Contains(err.Error(), "cannot write generation 3") {
+		t.Fatalf("Refresh meeting a generation the member cannot open = %v, want a PermanentError naming it", err)
+	}
+	if epoch, _ := tr.Current(); epoch != 2 {
+		t.Errorf("epoch held after the refused refresh = %d, want 2: the set held is kept", epoch)
+	}
+}
+
+func TestTrackerPrimaryNoLongerWritten(t *testing.T) {
+	g1 := Generation{Number: 1, Collection: "chunks_g1", Embedder: hashing, State: Retired}
+	g2 := Generation{Number: 2, Collection: "chunks_g2", Embedder: http768, State: Live}
+	open := func(_ context.Context, g Generation) (project.Generation, error) {
+		return project.Generation{Number: g.Number}, nil
+	}
+	_, err := NewTracker(context.Background(), (&setReader{}).then(5, g1, g2), 1, open)
+	if _, ok := errors.AsType[*project.PermanentError](err); !ok || !strings.Contains(err.Error(), "restart the member") {
+		t.Fatalf("NewTracker of a retired primary = %v, want a PermanentError saying to restart", err)
 	}
 }

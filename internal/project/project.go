@@ -189,6 +189,9 @@ type Deps struct {
 	Tracer Tracer
 	// Settlement is what Settle reads of the relational store.
 	Settlement Settlement
+	// Generations, when set, are the index generations written beside
+	// the live one (Index).
+	Generations Generations
 	// Faults, when set, is told each point between two store writes; the
 	// crash tests use it to stop the process exactly there.
 	Faults Faults
@@ -403,7 +406,7 @@ func (p *Projector) handle(ctx context.Context, fence Fence, items []item) error
 		// A batch that fails here writes nothing more: a fenced writer no
 		// longer owns the stores, and a cut-short one may not. What it left
 		// in the index is settled by the partition's owner.
-		err := p.apply(ctx, w, pl.ledger)
+		err := p.applyGenerations(ctx, w, pl.ledger)
 		if KindOf(err) == Rejected && ctx.Err() == nil {
 			return p.isolate(ctx, fence, items, err)
 		}
@@ -477,9 +480,12 @@ func (p *Projector) buildWrite(ctx context.Context, pl *plan) (*Write, error) {
 }
 
 // apply writes w to the three stores in the fixed order, each retried until
-// it succeeds. A later store is never written before an earlier one
-// acknowledged: see docs/write-order.md.
-func (p *Projector) apply(ctx context.Context, w *Write, ledger []LedgerEntry) error {
+// it succeeds: first every index generation of writes (the live one's
+// first, w itself, then those beside it), each under its own bound, then
+// the graph and the relational store. A later store is never written
+// before an earlier one acknowledged: see docs/write-order.md.
+func (p *Projector) apply(ctx context.Context, writes []indexed, ledger []LedgerEntry) error {
+	w := writes[0].w
 	// Records the documents for the settle while a late index write of an
 	// earlier owner may still land over this one.
 	w.Settle = p.d.Clock.Now().Before(w.Fence.LateUntil)
@@ -488,7 +494,16 @@ func (p *Projector) apply(ctx context.Context, w *Write, ledger []LedgerEntry) e
 		write func(context.Context) error
 	}{
 		{StoreIndex, func(ctx context.Context) error {
-			return p.writeIndex(ctx, w.Fence, func(ctx context.Context) error { return p.d.Index.Apply(ctx, w) })
+			for _, iw := range writes {
+				err := p.writeIndex(ctx, w.Fence, func(ctx context.Context) error { return iw.index.Apply(ctx, iw.w) })
+				if err != nil && iw.generation > 0 {
+					return fmt.Errorf("index generation %d: %w", iw.generation, err)
+				}
+				if err != nil {
+					return err
+				}
+			}
+			return nil
 		}},
 		{StoreGraph, func(ctx context.Context) error { return p.d.Graph.Apply(ctx, w) }},
 		{StoreRelational, func(ctx context.Context) error { return p.d.Relational.Apply(ctx, w, ledger) }},
@@ -567,7 +582,7 @@ func (p *Projector) fence(ctx context.Context, w *Write, items []item) ([]DeadLe
 		var mismatches []fence.Mismatch
 		err := p.retry(ctx, "fence", func(ctx context.Context) error {
 			var err error
-			mismatches, err = p.d.Fences.Check(ctx, w.Expected())
+			mismatches, err = p.checkFences(ctx, w)
 			return err
 		})
 		if err != nil || len(mismatches) == 0 {
@@ -606,7 +621,7 @@ func (p *Projector) fence(ctx context.Context, w *Write, items []item) ([]DeadLe
 		// documents and chunks are written again.
 		p.fault(ctx, "reproject")
 		w.Exact = true
-		if err := p.apply(ctx, w, nil); err != nil {
+		if err := p.applyGenerations(ctx, w, nil); err != nil {
 			return nil, err
 		}
 	}
@@ -807,6 +822,10 @@ func (p *Projector) retry(ctx context.Context, component string, op func(context
 		}
 		if _, ok := errors.AsType[*FencedError](err); ok {
 			// Another writer holds the partition: no retry can help.
+			return err
+		}
+		if _, ok := errors.AsType[*GenerationsChangedError](err); ok {
+			// Not a failure: the write goes again from its index step.
 			return err
 		}
 		kind := KindOf(err)

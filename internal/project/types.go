@@ -148,6 +148,11 @@ type Write struct {
 	// write for the partition's settle: the write is made while an earlier
 	// owner's index write may still land over it (Fence.LateUntil).
 	Settle bool
+	// Epoch is the epoch of the set of index generations the write's index
+	// step wrote (Generations); the relational store refuses the write
+	// when the registry's epoch is another (a *GenerationsChangedError).
+	// 0 is not checked: writes of no generation set (repairs, tests).
+	Epoch int64
 }
 
 // Keys returns every document key of the write, live ones first.

@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/projector/projector/internal/generation"
+	"github.com/projector/projector/internal/project"
 )
 
 // The registry of index generations (table index_generations): every
@@ -80,4 +81,40 @@ SELECT $1, $2, $3, $4, $5, $6, $7, $8 WHERE NOT EXISTS (SELECT 1 FROM index_gene
 		return nil, classify(fmt.Errorf("register the first index generation: %w", err))
 	}
 	return out, nil
+}
+
+// readGenerationEpoch reads the epoch of the set of generations run
+// writes, holding the row against a change of the set until the write's
+// transaction ends: a generation's start (which raises the epoch) waits
+// for the writes in flight, and every write after it finds the new epoch.
+const readGenerationEpoch = `SELECT epoch FROM generation_set FOR SHARE`
+
+// GenerationSet returns the epoch of the set of generations run writes
+// and the registry's generations. The epoch is read first: a change of
+// the set commits its rows and its new epoch together, so a set read after
+// the epoch is of that epoch or newer. A newer set under an older epoch
+// only makes the relational store refuse the first write, which is then
+// written again; the other way round, an older set under a newer epoch,
+// would let a write that missed a new generation commit.
+func (s *Store) GenerationSet(ctx context.Context) (int64, generation.Set, error) {
+	var epoch int64
+	if err := s.pool.QueryRow(ctx, `SELECT epoch FROM generation_set`).Scan(&epoch); err != nil {
+		return 0, nil, classify(fmt.Errorf("read the index generations' epoch: %w", err))
+	}
+	set, err := s.Generations(ctx)
+	return epoch, set, err
+}
+
+// checkGenerationEpoch scans the registry's epoch from row and returns a
+// *project.GenerationsChangedError when it is not wrote, the epoch a
+// write's index step wrote.
+func checkGenerationEpoch(wrote int64, row pgx.Row) error {
+	var now int64
+	if err := row.Scan(&now); err != nil {
+		return err
+	}
+	if now != wrote {
+		return &project.GenerationsChangedError{Wrote: wrote, Now: now}
+	}
+	return nil
 }

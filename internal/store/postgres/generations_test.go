@@ -2,11 +2,13 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
 
 	"github.com/projector/projector/internal/generation"
+	"github.com/projector/projector/internal/project"
 )
 
 func TestRegisterFirstGeneration(t *testing.T) {
@@ -46,5 +48,43 @@ func TestRegisterFirstGeneration(t *testing.T) {
 	var epoch int64
 	if err := s.pool.QueryRow(ctx, `SELECT epoch FROM generation_set`).Scan(&epoch); err != nil || epoch != 1 {
 		t.Fatalf("generation set epoch = %d, %v; want 1: raised once, by the registration that inserted", epoch, err)
+	}
+}
+
+func TestApplyRefusesAnotherGenerationEpoch(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	set, err := s.RegisterFirst(ctx, generation.Generation{Number: 1, Collection: "chunks_g1", State: generation.Live,
+		Embedder: generation.Embedder{Kind: generation.EmbedderHashing, Dim: 4, Distance: generation.DistanceCosine}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	epoch, held, err := s.GenerationSet(ctx)
+	if err != nil || epoch != 1 || len(held) != 1 || held[0] != set[0] {
+		t.Fatalf("GenerationSet = %d %v %v, want epoch 1 and the registered generation", epoch, held, err)
+	}
+	w := write("a")
+	w.Epoch = 1
+	if err := s.Apply(ctx, w, nil); err != nil {
+		t.Fatalf("Apply of the registry's epoch: %v", err)
+	}
+	// A generation is started: the set's epoch moves on.
+	if _, err := s.pool.Exec(ctx, `UPDATE generation_set SET epoch = epoch + 1`); err != nil {
+		t.Fatal(err)
+	}
+	b := write("b")
+	b.Epoch = 1
+	err = s.Apply(ctx, b, nil)
+	changed, ok := errors.AsType[*project.GenerationsChangedError](err)
+	if !ok || changed.Wrote != 1 || changed.Now != 2 {
+		t.Fatalf("Apply of an older epoch = %v, want a GenerationsChangedError from 1 to 2", err)
+	}
+	states, err := s.States(ctx, project.Fence{}, []string{"b"})
+	if err != nil || len(states) != 0 {
+		t.Fatalf("states of the refused write's document = %v, %v; want none written", states, err)
+	}
+	b.Epoch = 0 // a repair's write carries no epoch and is not checked
+	if err := s.Apply(ctx, b, nil); err != nil {
+		t.Fatalf("Apply without an epoch: %v", err)
 	}
 }

@@ -262,8 +262,10 @@ WHERE l.content_hash IS DISTINCT FROM excluded.content_hash`
 // trip. The transaction first checks w's fence (refusing with a
 // *project.FencedError when the partition has a newer writer), then the
 // repair lease (lease.go): run's write waits while a repair holds it (a
-// *project.WaitError), a repair's write must still hold it. With w.Settle
-// it records the documents for the partition's settle (settle.go).
+// *project.WaitError), a repair's write must still hold it; then, with
+// w.Epoch, that the index generations its index step wrote are still the
+// registry's (generations.go). With w.Settle it records the documents for
+// the partition's settle (settle.go).
 func (s *Store) Apply(ctx context.Context, w *project.Write, ledger []project.LedgerEntry) error {
 	b := &pgx.Batch{}
 	docs, chunks, err := columnsOf(w)
@@ -275,6 +277,9 @@ func (s *Store) Apply(ctx context.Context, w *project.Write, ledger []project.Le
 		b.Queue(readFence, w.Fence.Topic, w.Fence.Partition)
 	}
 	b.Queue(readLease)
+	if w.Epoch > 0 {
+		b.Queue(readGenerationEpoch)
+	}
 	if len(docs.keys) > 0 {
 		b.Queue(upsertDocuments, docs.keys, docs.versions, docs.statuses, docs.hashes, docs.titles, docs.sources, docs.metadata, docs.counts, docs.correlations,
 			docs.topics, docs.topicIDs, docs.partitions, docs.offsets)
@@ -316,6 +321,12 @@ func (s *Store) Apply(ctx context.Context, w *project.Write, ledger []project.Le
 		if err := s.checkLease(results.QueryRow()); err != nil {
 			_ = results.Close()
 			return err
+		}
+		if w.Epoch > 0 {
+			if err := checkGenerationEpoch(w.Epoch, results.QueryRow()); err != nil {
+				_ = results.Close()
+				return err
+			}
 		}
 		if err := results.Close(); err != nil {
 			return err
@@ -389,6 +400,9 @@ func classify(err error) error {
 		return err // not a failure of the store: its answer
 	}
 	if _, ok := errors.AsType[*project.WaitError](err); ok {
+		return err
+	}
+	if _, ok := errors.AsType[*project.GenerationsChangedError](err); ok {
 		return err
 	}
 	if se, ok := errors.AsType[*project.StoreError](err); ok {

@@ -1,0 +1,223 @@
+package project
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/projector/projector/internal/fakeclock"
+	"github.com/projector/projector/internal/fence"
+	"github.com/projector/projector/internal/keys"
+)
+
+// memGenerations is a Generations whose Refresh moves to the set next.
+type memGenerations struct {
+	mu        sync.Mutex
+	epoch     int64
+	beside    []Generation
+	next      func() (int64, []Generation)
+	refreshes int
+}
+
+func (m *memGenerations) Current() (int64, []Generation) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.epoch, m.beside
+}
+
+func (m *memGenerations) Refresh(context.Context) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.refreshes++
+	if m.next != nil {
+		m.epoch, m.beside = m.next()
+	}
+	return nil
+}
+
+// vectorIndex is a memIndex that also keeps the vectors it was given, by
+// chunk id, and can lose the documents of its next writes.
+type vectorIndex struct {
+	memIndex
+	mu      sync.Mutex
+	vectors map[uuid.UUID][]float32
+	// lose is how many of the next writes it drops without a word.
+	lose int
+}
+
+func newVectorIndex(name string) *vectorIndex {
+	return &vectorIndex{memIndex: memIndex{newMemStore(name)}, vectors: map[uuid.UUID][]float32{}}
+}
+
+func (v *vectorIndex) Apply(ctx context.Context, w *Write) error {
+	v.mu.Lock()
+	if v.lose > 0 {
+		v.lose--
+		v.mu.Unlock()
+		return nil
+	}
+	for _, d := range w.Live {
+		for _, c := range d.Chunks {
+			v.vectors[c.ID] = c.Vector
+		}
+	}
+	v.mu.Unlock()
+	return v.memIndex.Apply(ctx, w)
+}
+
+// pairEmbedder gives every text the vector {0, 1}: another model, of
+// another dimension, than constEmbedder's.
+type pairEmbedder struct{}
+
+func (pairEmbedder) Dim() int { return 2 }
+
+func (pairEmbedder) Embed(_ context.Context, texts []string) ([][]float32, error) {
+	out := make([][]float32, len(texts))
+	for i := range out {
+		out[i] = []float32{0, 1}
+	}
+	return out, nil
+}
+
+// epochRelational refuses a write of another epoch than its own, as the
+// relational store does.
+type epochRelational struct {
+	memRelational
+	mu    *sync.Mutex
+	epoch *int64
+}
+
+func (e epochRelational) Apply(ctx context.Context, w *Write, l []LedgerEntry) error {
+	e.mu.Lock()
+	now := *e.epoch
+	e.mu.Unlock()
+	if w.Epoch != now {
+		return &GenerationsChangedError{Wrote: w.Epoch, Now: now}
+	}
+	return e.memRelational.Apply(ctx, w, l)
+}
+
+func besideGeneration(f *fixture, number int, idx *vectorIndex) Generation {
+	return Generation{Number: number, Index: idx, Embedder: pairEmbedder{}, Fences: f.p.d.Fences.(*fence.Checker).Of(idx)}
+}
+
+// requireSameChunks fails unless idx holds exactly the relational store's
+// chunks, each with the vector {0, 1} of its own embedder.
+func requireSameChunks(t *testing.T, f *fixture, idx *vectorIndex) {
+	t.Helper()
+	f.rel.mu.Lock()
+	defer f.rel.mu.Unlock()
+	idx.mu.Lock()
+	defer idx.mu.Unlock()
+	for key, want := range f.rel.chunks {
+		got := idx.chunks[key]
+		if !slices.Equal(got, want) {
+			t.Errorf("generation beside the live one holds %v of %s, want the relational store's %v", got, key, want)
+		}
+		for _, id := range got {
+			if v := idx.vectors[id]; !slices.Equal(v, []float32{0, 1}) {
+				t.Errorf("chunk %s of %s has the vector %v in the generation beside, want its embedder's [0 1]", id, key, v)
+			}
+		}
+	}
+	for key, got := range idx.chunks {
+		if _, ok := f.rel.chunks[key]; !ok && len(got) > 0 {
+			t.Errorf("generation beside the live one holds %v of %s, which the relational store does not hold", got, key)
+		}
+	}
+}
+
+func TestGenerationBesideGetsEveryWrite(t *testing.T) {
+	f := newFixture(t, Config{})
+	g2 := newVectorIndex(StoreIndex)
+	f.p.d.Generations = &memGenerations{epoch: 1, beside: []Generation{besideGeneration(f, 2, g2)}}
+	batches := [][]*kgo.Record{
+		{rec(0, "a", upsert("a", 1)), rec(1, "b", upsert("b", 1)), rec(2, "c", upsert("c", 1))},
+		{rec(3, "a", upsert("a", 2)), rec(4, "b", `{"document_key":"b","version":2,"op":"withdraw"}`), {Topic: "documents", Offset: 5, Key: []byte("c")}},
+	}
+	for _, batch := range batches {
+		if err := f.p.Handle(context.Background(), Fence{}, TopicID{}, batch); err != nil {
+			t.Fatal(err)
+		}
+	}
+	requireSameChunks(t, f, g2)
+	if got := f.rel.chunks["a"]; !slices.Equal(got, keys.ChunkIDs("a", 2, 2)) {
+		t.Fatalf("relational store holds %v of a, want version 2's chunks", got)
+	}
+	if got := f.index.chunks["a"]; !slices.Equal(got, keys.ChunkIDs("a", 2, 2)) {
+		t.Fatalf("live index holds %v of a, want version 2's chunks", got)
+	}
+}
+
+func TestGenerationStartedUnderAWrite(t *testing.T) {
+	var (
+		mu    sync.Mutex
+		epoch int64 = 2 // a generation was started since the member read the set
+	)
+	f := newFixtureWith(t, Config{}, func(m *memStore) Relational {
+		return epochRelational{memRelational: memRelational{m}, mu: &mu, epoch: &epoch}
+	})
+	g2 := newVectorIndex(StoreIndex)
+	gens := &memGenerations{epoch: 1, next: func() (int64, []Generation) { return 2, []Generation{besideGeneration(f, 2, g2)} }}
+	f.p.d.Generations = gens
+	if err := f.p.Handle(context.Background(), Fence{}, TopicID{}, []*kgo.Record{rec(0, "a", upsert("a", 1))}); err != nil {
+		t.Fatal(err)
+	}
+	if gens.refreshes != 1 {
+		t.Errorf("the set was read again %d times, want once", gens.refreshes)
+	}
+	if f.rel.writes != 1 {
+		t.Errorf("relational writes = %d, want 1: the refused one is not written", f.rel.writes)
+	}
+	if f.index.writes != 2 {
+		t.Errorf("live index writes = %d, want 2: the batch is written again from the index step", f.index.writes)
+	}
+	requireSameChunks(t, f, g2)
+	if len(g2.chunks["a"]) != 2 {
+		t.Fatalf("the generation started under the write holds %v of a, want its 2 chunks", g2.chunks["a"])
+	}
+}
+
+func TestGenerationBesideFenced(t *testing.T) {
+	f := newFixture(t, Config{FenceRetries: 1})
+	g2 := newVectorIndex(StoreIndex)
+	g2.lose = 1 // its first write is lost: the fence finds it, the re-projection writes it
+	f.p.d.Generations = &memGenerations{epoch: 1, beside: []Generation{besideGeneration(f, 2, g2)}}
+	if err := f.p.Handle(context.Background(), Fence{}, TopicID{}, []*kgo.Record{rec(0, "a", upsert("a", 1))}); err != nil {
+		t.Fatal(err)
+	}
+	requireSameChunks(t, f, g2)
+	if got := f.letters.reasons(); len(got) != 0 {
+		t.Errorf("dead letters %v, want none: the re-projection repairs the generation", got)
+	}
+	if f.index.writes != 2 {
+		t.Errorf("live index writes = %d, want 2 (the write and the re-projection)", f.index.writes)
+	}
+}
+
+func TestSettleGenerationBeside(t *testing.T) {
+	f := newFixture(t, Config{})
+	clock := fakeclock.New()
+	f.p.d.Clock = clock
+	g2 := newVectorIndex(StoreIndex)
+	f.p.d.Generations = &memGenerations{epoch: 1, beside: []Generation{besideGeneration(f, 2, g2)}}
+	owner := Fence{Topic: "documents", Token: 2, LateUntil: clock.Now().Add(time.Minute)}
+	if err := f.p.Handle(context.Background(), owner, TopicID{}, []*kgo.Record{rec(0, "a", upsert("a", 2))}); err != nil {
+		t.Fatal(err)
+	}
+	// A late write of the earlier owner in the generation beside: version
+	// 1's points of a.
+	g2.memStore.mu.Lock()
+	g2.chunks["a"] = append(g2.chunks["a"], keys.ChunkIDs("a", 1, 3)...)
+	g2.memStore.mu.Unlock()
+	clock.Advance(time.Minute)
+	if err := f.p.Settle(context.Background(), owner); err != nil {
+		t.Fatalf("Settle: %v", err)
+	}
+	requireSameChunks(t, f, g2)
+}
