@@ -497,14 +497,33 @@ func (st *stores) migrateGenerations(ctx context.Context, log *zap.Logger, emb g
 	return nil
 }
 
-// useLive reads the registry and points st.index at the live generation,
-// changing nothing: for the commands that read and repair the stores
-// (reconcile). An empty registry leaves st.index on --qdrant-collection,
-// where nothing was projected yet.
+// openLive opens the three adapters with st.index on the live generation
+// (useLive).
+func (s *storeFlags) openLive(ctx context.Context) (*stores, error) {
+	st, err := s.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.useLive(ctx); err != nil {
+		_ = st.close(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return st, nil
+}
+
+// useLive checks that the relational schema is at this build's version,
+// reads the registry and points st.index at the live generation, changing
+// nothing: for the commands that read the stores, and act on them
+// (reconcile, generation), on which stores nothing was projected to are
+// not empty stores. An empty registry leaves st.index on
+// --qdrant-collection.
 func (st *stores) useLive(ctx context.Context) error {
+	if err := st.relational.CheckSchema(ctx); err != nil {
+		return fmt.Errorf("the relational store: %w", err)
+	}
 	set, err := st.relational.Generations(ctx)
 	if err != nil {
-		return err
+		return fmt.Errorf("the relational store: %w", err)
 	}
 	st.useGenerations(set)
 	return nil

@@ -115,21 +115,14 @@ func reconcileCommand(ctx context.Context, args []string, e env) error {
 		return usageError(err)
 	}
 	defer func() { _ = log.Sync() }()
-	st, err := f.stores.open(ctx)
+	// Stores nothing was projected to are not empty stores to compare: say
+	// what is missing and what prepares them, before any report. The index
+	// compared, and repaired, is the live generation's collection.
+	st, err := f.stores.openLive(ctx)
 	if err != nil {
 		return err
 	}
 	defer st.close(context.WithoutCancel(ctx))
-	// Stores nothing was projected to are not empty stores to compare: say
-	// what is missing and what prepares them, before any report.
-	if err := st.relational.CheckSchema(ctx); err != nil {
-		return fmt.Errorf("the relational store: %w", err)
-	}
-	// The index compared, and repaired, is the live generation's
-	// collection.
-	if err := st.useLive(ctx); err != nil {
-		return fmt.Errorf("the relational store: %w", err)
-	}
 	if f.repair && len(st.generations) > 0 {
 		// A repair from the log embeds as run does: with the live
 		// generation's embedder.

@@ -101,6 +101,9 @@ type Generation struct {
 	Collection string
 	Embedder   Embedder
 	State      State
+	// Fill is how far the fill of a generation built beside the live one
+	// is, as its last page recorded.
+	Fill Progress
 }
 
 // Legacy reports whether g is a collection made before generations, named

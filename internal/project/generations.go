@@ -57,6 +57,18 @@ func (p *Projector) generations() (int64, []Generation) {
 // besideWrite returns w as generation g holds it: the same documents and
 // withdrawals, every chunk's vector computed by g's embedder.
 func besideWrite(ctx context.Context, g Generation, w *Write) (*Write, error) {
+	out, err := Reembed(ctx, g.Embedder, w)
+	if err != nil {
+		return nil, fmt.Errorf("embed for index generation %d: %w", g.Number, err)
+	}
+	return out, nil
+}
+
+// Reembed returns a copy of w whose every chunk has the vector emb
+// computes from its text, whatever vector w holds: the write of an index
+// generation other than the one w's vectors are of (a generation beside
+// the live one, its fill from the relational copy).
+func Reembed(ctx context.Context, emb Embedder, w *Write) (*Write, error) {
 	out := *w
 	out.Live = make([]Document, len(w.Live))
 	for i, d := range w.Live {
@@ -66,8 +78,8 @@ func besideWrite(ctx context.Context, g Generation, w *Write) (*Write, error) {
 		}
 		out.Live[i] = d
 	}
-	if err := FillVectors(ctx, g.Embedder, out.Live); err != nil {
-		return nil, fmt.Errorf("embed for index generation %d: %w", g.Number, err)
+	if err := FillVectors(ctx, emb, out.Live); err != nil {
+		return nil, err
 	}
 	return &out, nil
 }

@@ -90,3 +90,13 @@ func DropCollections(ctx context.Context, c *qdrant.Client, alias string) error 
 	}
 	return nil
 }
+
+// CountPoints returns the number of points of the store's collection,
+// exactly.
+func (s *Store) CountPoints(ctx context.Context) (uint64, error) {
+	n, err := s.client.Count(ctx, &qdrant.CountPoints{CollectionName: s.cfg.Collection, Exact: qdrant.PtrOf(true)})
+	if err != nil {
+		return 0, classify(ctx, fmt.Errorf("count the points of %s: %w", s.cfg.Collection, err))
+	}
+	return n, nil
+}

@@ -2,10 +2,14 @@ package index
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 
+	"github.com/google/uuid"
+
 	"github.com/projector/projector/internal/generation"
+	"github.com/projector/projector/internal/project"
 	"github.com/projector/projector/internal/store/storetest"
 )
 
@@ -53,5 +57,38 @@ func TestAliasOfAGeneration(t *testing.T) {
 	// A collection may not take the alias's place.
 	if err := s.EnsureAlias(ctx, s.cfg.Collection, s.cfg.Collection); err == nil || !strings.Contains(err.Error(), "a collection of that name exists") {
 		t.Fatalf("EnsureAlias over a collection = %v, want a refusal", err)
+	}
+}
+
+// TestPrune: a prune by a document's current state removes the points of
+// its earlier events and writes nothing, so it takes nothing a later
+// writer put there.
+func TestPrune(t *testing.T) {
+	s := openTest(t, storetest.Dim)
+	ctx := context.Background()
+	v1 := storetest.Doc("p", 1, "a", "b", "c")
+	v3 := storetest.Doc("p", 3, "x")
+	other := storetest.Doc("q", 1, "y")
+	// Version 1 of p (a late fill's write) beside version 3 (run's).
+	if err := s.Apply(ctx, &project.Write{Live: []project.Document{v1, other}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.upsert(ctx, &project.Write{Live: []project.Document{v3}, Exact: true}); err != nil {
+		t.Fatal(err)
+	}
+	// The current state is version 2, between the two: the prune removes
+	// version 1, keeps version 3, and writes no point of version 2.
+	if err := s.Prune(ctx, &project.Write{Live: []project.Document{storetest.Doc("p", 2, "m", "n")}}); err != nil {
+		t.Fatal(err)
+	}
+	held, err := s.ChunkIDs(ctx, []string{"p", "q"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := held["p"], []uuid.UUID{v3.Chunks[0].ID}; !slices.Equal(got, want) {
+		t.Errorf("p holds %v after the prune, want version 3's %v", got, want)
+	}
+	if got := held["q"]; len(got) != 1 {
+		t.Errorf("q holds %v after a prune of p, want its one point", got)
 	}
 }

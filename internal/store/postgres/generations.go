@@ -2,7 +2,9 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -16,7 +18,8 @@ import (
 
 var _ generation.Registry = (*Store)(nil)
 
-const selectGenerations = `SELECT generation, collection, embedder, model, embed_url, dim, distance, state
+const selectGenerations = `SELECT generation, collection, embedder, model, embed_url, dim, distance, state,
+	coalesce(fill_after, ''), fill_documents, fill_chunks, fill_done_at IS NOT NULL
 FROM index_generations ORDER BY generation`
 
 // Generations returns every generation of the registry, by number.
@@ -39,7 +42,8 @@ func generations(ctx context.Context, q querier) (generation.Set, error) {
 		g     generation.Generation
 		state string
 	)
-	targets := []any{&g.Number, &g.Collection, &g.Embedder.Kind, &g.Embedder.Model, &g.Embedder.URL, &g.Embedder.Dim, &g.Embedder.Distance, &state}
+	targets := []any{&g.Number, &g.Collection, &g.Embedder.Kind, &g.Embedder.Model, &g.Embedder.URL, &g.Embedder.Dim, &g.Embedder.Distance, &state,
+		&g.Fill.After, &g.Fill.Documents, &g.Fill.Chunks, &g.Fill.Done}
 	_, err = pgx.ForEachRow(rows, targets, func() error {
 		g.State = generation.State(state)
 		out = append(out, g)
@@ -117,4 +121,141 @@ func checkGenerationEpoch(wrote int64, row pgx.Row) error {
 		return &project.GenerationsChangedError{Wrote: wrote, Now: now}
 	}
 	return nil
+}
+
+// RegisterGeneration records g, a generation to build beside the live
+// one, whose collection the caller has created, and raises the set's
+// epoch: from its commit on, every relational write of run wrote g's index
+// first. It waits for the relational writes in flight (they hold the
+// set's row FOR SHARE). Registering the building generation again is a
+// rerun and changes nothing; any other generation while one is building,
+// or a number other than the next, is refused (*generation.ConflictError).
+func (s *Store) RegisterGeneration(ctx context.Context, g generation.Generation) (generation.Set, error) {
+	var out generation.Set
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT epoch FROM generation_set FOR UPDATE`); err != nil {
+			return err
+		}
+		set, err := generations(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if err := set.CanRegister(g); err != nil {
+			if errors.Is(err, generation.ErrRegistered) {
+				out = set
+				return nil
+			}
+			return err
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO index_generations (generation, collection, embedder, model, embed_url, dim, distance, state)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
+			g.Number, g.Collection, g.Embedder.Kind, g.Embedder.Model, g.Embedder.URL, g.Embedder.Dim, g.Embedder.Distance, string(g.State)); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE generation_set SET epoch = epoch + 1`); err != nil {
+			return err
+		}
+		out, err = generations(ctx, tx)
+		return err
+	})
+	if _, ok := errors.AsType[*generation.ConflictError](err); ok {
+		return nil, err
+	}
+	if err != nil {
+		return nil, classify(fmt.Errorf("register index generation %d: %w", g.Number, err))
+	}
+	return out, nil
+}
+
+var _ generation.FillStore = (*Store)(nil)
+
+// TakeFill takes the fill lease of building generation n for ttl (on the
+// server's clock) and returns its token and the progress recorded. It
+// fails with a *generation.FillHeldError while another fill holds it.
+func (s *Store) TakeFill(ctx context.Context, n int, ttl time.Duration) (int64, generation.Progress, error) {
+	var (
+		token   int64
+		p       generation.Progress
+		state   string
+		heldFor *float64
+	)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		err := tx.QueryRow(ctx, `SELECT state, extract(epoch FROM fill_until - now())::float8 FROM index_generations WHERE generation = $1 FOR UPDATE`, n).
+			Scan(&state, &heldFor)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return &generation.ConflictError{Why: fmt.Sprintf("there is no generation %d", n)}
+		}
+		if err != nil {
+			return err
+		}
+		if state != string(generation.Building) {
+			return &generation.ConflictError{Why: fmt.Sprintf("generation %d is %s, not building", n, state)}
+		}
+		if heldFor != nil && *heldFor >= 0 {
+			return &generation.FillHeldError{Generation: n, For: time.Duration(*heldFor * float64(time.Second))}
+		}
+		return tx.QueryRow(ctx, `UPDATE index_generations SET fill_token = fill_token + 1, fill_until = now() + make_interval(secs => $2)
+WHERE generation = $1
+RETURNING fill_token, coalesce(fill_after, ''), fill_documents, fill_chunks, fill_done_at IS NOT NULL`, n, ttl.Seconds()).
+			Scan(&token, &p.After, &p.Documents, &p.Chunks, &p.Done)
+	})
+	if err == nil {
+		return token, p, nil
+	}
+	_, conflict := errors.AsType[*generation.ConflictError](err)
+	_, held := errors.AsType[*generation.FillHeldError](err)
+	if conflict || held {
+		return 0, generation.Progress{}, err
+	}
+	return 0, generation.Progress{}, classify(fmt.Errorf("take the fill lease of generation %d: %w", n, err))
+}
+
+// RenewFill records the fill's progress p and holds its lease ttl longer,
+// if token still holds it and it has not expired; else it fails with a
+// *generation.FillLostError.
+func (s *Store) RenewFill(ctx context.Context, n int, token int64, ttl time.Duration, p generation.Progress) error {
+	tag, err := s.pool.Exec(ctx, `UPDATE index_generations SET fill_until = now() + make_interval(secs => $3),
+	fill_after = $4, fill_documents = $5, fill_chunks = $6, fill_done_at = CASE WHEN $7 THEN coalesce(fill_done_at, now()) END
+WHERE generation = $1 AND fill_token = $2 AND fill_until >= now() AND state = 'building'`,
+		n, token, ttl.Seconds(), p.After, p.Documents, p.Chunks, p.Done)
+	if err != nil {
+		return classify(fmt.Errorf("renew the fill lease of generation %d: %w", n, err))
+	}
+	if tag.RowsAffected() == 0 {
+		return &generation.FillLostError{Generation: n, Token: token}
+	}
+	return nil
+}
+
+// ReleaseFill ends the fill lease token holds, so that the next fill need
+// not wait for it to expire: its writes have ended.
+func (s *Store) ReleaseFill(ctx context.Context, n int, token int64) error {
+	_, err := s.pool.Exec(ctx, `UPDATE index_generations SET fill_until = NULL WHERE generation = $1 AND fill_token = $2`, n, token)
+	if err != nil {
+		return classify(fmt.Errorf("release the fill lease of generation %d: %w", n, err))
+	}
+	return nil
+}
+
+// LiveKeys returns up to limit keys of live documents after after, in key
+// order: the fill's pages.
+func (s *Store) LiveKeys(ctx context.Context, after string, limit int) ([]string, error) {
+	rows, err := s.pool.Query(ctx, `SELECT document_key FROM documents WHERE status = 'live' AND document_key > $1 ORDER BY document_key LIMIT $2`, after, limit)
+	if err != nil {
+		return nil, classify(fmt.Errorf("read live document keys: %w", err))
+	}
+	keys, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		return nil, classify(fmt.Errorf("read live document keys: %w", err))
+	}
+	return keys, nil
+}
+
+// CountLive returns the number of live documents, for the fill's ETA.
+func (s *Store) CountLive(ctx context.Context) (int64, error) {
+	var n int64
+	if err := s.pool.QueryRow(ctx, `SELECT count(*) FROM documents WHERE status = 'live'`).Scan(&n); err != nil {
+		return 0, classify(fmt.Errorf("count live documents: %w", err))
+	}
+	return n, nil
 }

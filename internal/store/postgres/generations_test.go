@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/projector/projector/internal/generation"
 	"github.com/projector/projector/internal/project"
@@ -86,5 +87,58 @@ func TestApplyRefusesAnotherGenerationEpoch(t *testing.T) {
 	b.Epoch = 0 // a repair's write carries no epoch and is not checked
 	if err := s.Apply(ctx, b, nil); err != nil {
 		t.Fatalf("Apply without an epoch: %v", err)
+	}
+}
+
+func TestRegisterGenerationAndFillLease(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	hashing := generation.Embedder{Kind: generation.EmbedderHashing, Dim: 4, Distance: generation.DistanceCosine}
+	if _, err := s.RegisterFirst(ctx, generation.Generation{Number: 1, Collection: "chunks_g1", State: generation.Live, Embedder: hashing}); err != nil {
+		t.Fatal(err)
+	}
+	g2 := generation.Generation{Number: 2, Collection: "chunks_g2", State: generation.Building,
+		Embedder: generation.Embedder{Kind: generation.EmbedderHashing, Dim: 8, Distance: generation.DistanceCosine}}
+	for range 2 { // the second is a rerun, which changes nothing
+		set, err := s.RegisterGeneration(ctx, g2)
+		if err != nil || len(set) != 2 || set[1] != g2 {
+			t.Fatalf("RegisterGeneration = %v, %v; want generations 1 and 2", set, err)
+		}
+	}
+	if epoch, _, err := s.GenerationSet(ctx); err != nil || epoch != 2 {
+		t.Fatalf("epoch %d, %v after a registration and its rerun, want 2", epoch, err)
+	}
+	g3 := g2
+	g3.Number, g3.Collection = 3, "chunks_g3"
+	if _, err := s.RegisterGeneration(ctx, g3); err == nil {
+		t.Fatal("a second generation registered while one is building, want a refusal")
+	}
+
+	token, p, err := s.TakeFill(ctx, 2, time.Minute)
+	if err != nil || p != (generation.Progress{}) {
+		t.Fatalf("TakeFill = %d %+v %v, want a token and no progress", token, p, err)
+	}
+	if _, _, err := s.TakeFill(ctx, 2, time.Minute); err == nil {
+		t.Fatal("a second TakeFill while the lease holds, want a FillHeldError")
+	}
+	want := generation.Progress{After: "k", Documents: 3, Chunks: 7}
+	if err := s.RenewFill(ctx, 2, token, time.Minute, want); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RenewFill(ctx, 2, token+1, time.Minute, want); err == nil {
+		t.Fatal("RenewFill with another token, want a FillLostError")
+	}
+	if err := s.ReleaseFill(ctx, 2, token); err != nil {
+		t.Fatal(err)
+	}
+	next, p, err := s.TakeFill(ctx, 2, time.Minute)
+	if err != nil || next <= token || p != want {
+		t.Fatalf("TakeFill after a release = %d %+v %v, want a newer token and the progress %+v", next, p, err, want)
+	}
+	if err := s.RenewFill(ctx, 2, token, time.Minute, want); err == nil {
+		t.Fatal("RenewFill of the earlier fill, want a FillLostError")
+	}
+	if _, _, err := s.TakeFill(ctx, 1, time.Minute); err == nil {
+		t.Fatal("TakeFill of the live generation, want a refusal")
 	}
 }

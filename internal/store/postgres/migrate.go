@@ -128,8 +128,10 @@ CREATE TABLE index_settle (
 `,
 	// 7: the registry of index generations (generations.go): each a
 	// physical collection with its embedder, one of them live, which the
-	// readers' collection alias points at; and the epoch of the set of
-	// generations run writes, which every change of that set raises.
+	// readers' collection alias points at, with its fill's progress and
+	// the lease of the one fill that may write it; and the epoch of the
+	// set of generations run writes, which every change of that set
+	// raises.
 	// Empty: the first migrate or run registers generation 1.
 	`
 CREATE TABLE index_generations (
@@ -145,6 +147,8 @@ CREATE TABLE index_generations (
 	fill_documents bigint NOT NULL DEFAULT 0,
 	fill_chunks    bigint NOT NULL DEFAULT 0,
 	fill_done_at   timestamptz,
+	fill_token     bigint NOT NULL DEFAULT 0,
+	fill_until     timestamptz,
 	created_at     timestamptz NOT NULL DEFAULT now(),
 	switched_at    timestamptz,
 	retire_after   timestamptz
