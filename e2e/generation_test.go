@@ -25,59 +25,12 @@ import (
 func TestGenerationBuiltBesideTheLiveOne(t *testing.T) {
 	w := newWorld(t, 2)
 	p := w.start(nil)
-	waitFor(t, time.Minute, "the member to be ready", func() bool {
-		code, _ := p.get("/readyz")
-		return code == 200 || p.exited()
-	})
+	p.waitReady()
 
 	// Documents flow the whole time: new versions, with other chunk
 	// counts, and now and then a withdrawal.
-	stop := make(chan struct{})
-	var (
-		flowing   sync.WaitGroup
-		produceMu sync.Mutex
-		produced  error
-	)
-	flowing.Go(func() {
-		for v := 1; ; v++ {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			var recs []*kgo.Record
-			for i := range 30 {
-				key := w.key(fmt.Sprintf("doc-%02d", i))
-				value := fmt.Sprintf(`{"document_key":%q,"version":%d,"chunks":[`, key, v)
-				for c := range 1 + (v+i)%4 {
-					if c > 0 {
-						value += ","
-					}
-					value += fmt.Sprintf(`{"text":"chunk %d of %s at version %d"}`, c, key, v)
-				}
-				value += "]}"
-				if (v+i)%7 == 0 {
-					value = fmt.Sprintf(`{"document_key":%q,"version":%d,"op":"withdraw"}`, key, v)
-				}
-				recs = append(recs, &kgo.Record{Topic: w.topic, Key: []byte(key), Value: []byte(value)})
-			}
-			if err := w.kcl.ProduceSync(context.Background(), recs...).FirstErr(); err != nil {
-				produceMu.Lock()
-				produced = err
-				produceMu.Unlock()
-				return
-			}
-			time.Sleep(100 * time.Millisecond)
-		}
-	})
-	defer func() {
-		select {
-		case <-stop:
-		default:
-			close(stop)
-		}
-		flowing.Wait()
-	}()
+	stopFlow := w.flow(30)
+	defer stopFlow()
 	time.Sleep(2 * time.Second)
 
 	start := append([]string{"generation", "start", "--embedder", "hashing", "--embed-dim", "16", "--fill-page-size", "3", "--fill-lease-ttl", "3s"}, w.storeFlags()...)
@@ -116,10 +69,8 @@ func TestGenerationBuiltBesideTheLiveOne(t *testing.T) {
 		t.Errorf("generation start run again printed %q, want it to go on with generation 2 and fill it", out)
 	}
 	time.Sleep(2 * time.Second)
-	close(stop)
-	flowing.Wait()
-	if produced != nil {
-		t.Fatalf("produce: %v", produced)
+	if err := stopFlow(); err != nil {
+		t.Fatalf("produce: %v", err)
 	}
 	w.waitDrained(p, 2*time.Minute)
 
@@ -150,6 +101,63 @@ func TestGenerationBuiltBesideTheLiveOne(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "alias "+w.collection+" -> "+w.collection+"_g1") || !strings.Contains(out, "building") || !strings.Contains(out, "done") {
 		t.Errorf("generation status: exit %d\n%s%s", code, out, errOut)
 	}
+}
+
+// flow produces new versions of documents doc-00.. of this world every
+// 100 ms, with other chunk counts, now and then a withdrawal, until the
+// function it returns is called, which returns the first error of a
+// produce.
+func (w *world) flow(documents int) (stop func() error) {
+	done := make(chan struct{})
+	var (
+		flowing  sync.WaitGroup
+		produced error
+		once     sync.Once
+	)
+	flowing.Go(func() {
+		for v := 1; ; v++ {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			var recs []*kgo.Record
+			for i := range documents {
+				key := w.key(fmt.Sprintf("doc-%02d", i))
+				value := fmt.Sprintf(`{"document_key":%q,"version":%d,"chunks":[`, key, v)
+				for c := range 1 + (v+i)%4 {
+					if c > 0 {
+						value += ","
+					}
+					value += fmt.Sprintf(`{"text":"chunk %d of %s at version %d"}`, c, key, v)
+				}
+				value += "]}"
+				if (v+i)%7 == 0 {
+					value = fmt.Sprintf(`{"document_key":%q,"version":%d,"op":"withdraw"}`, key, v)
+				}
+				recs = append(recs, &kgo.Record{Topic: w.topic, Key: []byte(key), Value: []byte(value)})
+			}
+			if produced = w.kcl.ProduceSync(context.Background(), recs...).FirstErr(); produced != nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	})
+	return func() error {
+		once.Do(func() { close(done) })
+		flowing.Wait()
+		return produced
+	}
+}
+
+// waitReady waits for p to answer /readyz with 200: it has prepared the
+// stores, generation 1 among them.
+func (p *proc) waitReady() {
+	p.t.Helper()
+	waitFor(p.t, time.Minute, "the member to be ready", func() bool {
+		code, _ := p.get("/readyz")
+		return code == 200 || p.exited()
+	})
 }
 
 // generations counts the registry's generations.
@@ -215,4 +223,46 @@ func difference(a, b []string) []string {
 		}
 	}
 	return out
+}
+
+// TestGenerationAborted: a generation started and then aborted while
+// documents flow is no longer written, its collection is deleted, the
+// member goes on without a halt, and the next start takes the next number.
+func TestGenerationAborted(t *testing.T) {
+	w := newWorld(t, 1)
+	p := w.start(nil)
+	p.waitReady()
+	stopFlow := w.flow(10)
+	defer stopFlow()
+	start := append([]string{"generation", "start", "--embedder", "hashing", "--embed-dim", "16", "--execute"}, w.storeFlags()...)
+	if out, errOut, code := w.cli(start...); code != 0 {
+		t.Fatalf("generation start: exit %d\n%s%s", code, out, errOut)
+	}
+	abort := append([]string{"generation", "abort"}, w.storeFlags()...)
+	if out, errOut, code := w.cli(abort...); code != 0 || !strings.Contains(out, "Nothing changed") {
+		t.Fatalf("generation abort without --execute: exit %d\n%s%s", code, out, errOut)
+	}
+	for range 2 { // the second is a rerun
+		if out, errOut, code := w.cli(append(abort, "--execute")...); code != 0 || !strings.Contains(out, "deleted collection "+w.collection+"_g2") {
+			t.Fatalf("generation abort --execute: exit %d\n%s%s", code, out, errOut)
+		}
+	}
+	time.Sleep(2 * time.Second)
+	if err := stopFlow(); err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+	w.waitDrained(p, 2*time.Minute)
+	if exists, err := w.qd.CollectionExists(context.Background(), w.collection+"_g2"); err != nil || exists {
+		t.Errorf("the aborted generation's collection exists: %v, %v", exists, err)
+	}
+	if halts := p.metrics()[`projector_partition_halts_total{reason="handle_error"}`]; halts != 0 {
+		t.Errorf("%v partitions halted, want none", halts)
+	}
+	if got, want := w.pointIDs(w.collection+"_g1", 384), w.relationalChunkIDs(); !slices.Equal(got, want) {
+		t.Errorf("the live generation holds %d points, the relational store %d chunks", len(got), len(want))
+	}
+	out, errOut, code := w.cli(append([]string{"generation", "start", "--embedder", "hashing", "--embed-dim", "8"}, w.storeFlags()...)...)
+	if code != 0 || !strings.Contains(out, "generation 3 (building, collection "+w.collection+"_g3") {
+		t.Errorf("generation start after an abort: exit %d\n%s%s", code, out, errOut)
+	}
 }

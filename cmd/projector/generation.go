@@ -30,7 +30,7 @@ func (f *generationFlags) register(fs *flag.FlagSet) {
 	f.log.register(fs)
 	f.stores.register(fs)
 	f.embed.register(fs)
-	fs.BoolVar(&f.execute, "execute", false, "start: create, register and fill the generation; without it start prints the plan and changes nothing, as replay does")
+	fs.BoolVar(&f.execute, "execute", false, "start: create, register and fill the generation; abort: drop it; without it they print the plan and change nothing, as replay does")
 	fs.IntVar(&f.pageSize, "fill-page-size", 256, "documents the fill reads, embeds and writes at once; a page must be written within five sixths of --fill-lease-ttl")
 	fs.DurationVar(&f.leaseTTL, "fill-lease-ttl", 60*time.Second, "how long the fill lease outlives its last renewal (renewed with every page): a fill killed at any line is resumed by the next start once it expired")
 	f.push.register(fs, "projector_generation_fill")
@@ -40,18 +40,19 @@ func (f *generationFlags) register(fs *flag.FlagSet) {
 var generationActions = map[string]func(ctx context.Context, f *generationFlags, log *zap.Logger, st *stores, e env) error{
 	"start":  generationStart,
 	"status": generationStatus,
+	"abort":  generationAbort,
 }
 
 func generationCommand(ctx context.Context, args []string, e env) error {
 	var f generationFlags
-	fs := newFlagSet("generation", "generation start|status [flags]", e)
+	fs := newFlagSet("generation", "generation start|status|abort [flags]", e)
 	f.register(fs)
 	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
 		return parse(fs, args, e)
 	}
 	if len(args) == 0 || generationActions[args[0]] == nil {
 		fs.Usage()
-		return usageError(errors.New("want an action: start or status"))
+		return usageError(errors.New("want an action: start, status or abort"))
 	}
 	action := generationActions[args[0]]
 	if err := parse(fs, args[1:], e); err != nil {
@@ -167,4 +168,44 @@ func generationStatus(ctx context.Context, _ *generationFlags, _ *zap.Logger, st
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", g.Number, g.State, g.Collection, g.Embedder, points, fill)
 	}
 	return tw.Flush()
+}
+
+// generationAbort drops the generation being built: with --execute, run
+// stops writing it (the registry marks it aborted), and once no fill can
+// write it any more, its collection is deleted. Run again, it goes on
+// where it stopped.
+func generationAbort(ctx context.Context, f *generationFlags, _ *zap.Logger, st *stores, e env) error {
+	g, ok := st.generations.Abortable()
+	if !ok {
+		return errors.New("no generation is being built, nor aborted with its collection left: nothing to abort")
+	}
+	fmt.Fprintf(e.stdout, "%s is dropped: run stops writing it, and its collection %s is deleted once no fill holds its lease.\n", g, g.Collection)
+	if !f.execute {
+		fmt.Fprintln(e.stdout, "Nothing changed: run again with --execute.")
+		return nil
+	}
+	if err := st.relational.AbortGeneration(ctx, g.Number); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "aborted generation %d: run no longer writes it.\n", g.Number)
+	for {
+		left, err := st.relational.FillHeldFor(ctx, g.Number)
+		if err != nil {
+			return err
+		}
+		if left == 0 {
+			break
+		}
+		fmt.Fprintf(e.stderr, "a fill of generation %d holds its lease for %s more: waiting, as its writes may land until then\n", g.Number, left.Round(time.Second))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(left):
+		}
+	}
+	if err := st.qdrant.ForCollection(g.Collection, g.Embedder.Dim).Drop(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "deleted collection %s.\n", g.Collection)
+	return nil
 }

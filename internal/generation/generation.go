@@ -131,6 +131,25 @@ func (s Set) Live() (Generation, bool) {
 	return Generation{}, false
 }
 
+// Abortable is the generation being built, or else the last generation
+// aborted (whose collection an abort run again may still have to
+// delete); false when there is neither.
+func (s Set) Abortable() (Generation, bool) {
+	var last *Generation
+	for i, g := range s {
+		if g.State == Building {
+			return g, true
+		}
+		if g.State == Aborted {
+			last = &s[i]
+		}
+	}
+	if last == nil {
+		return Generation{}, false
+	}
+	return *last, true
+}
+
 // Written is the generations run writes, by number.
 func (s Set) Written() Set {
 	var out Set

@@ -193,3 +193,25 @@ func TestTrackerPrimaryNoLongerWritten(t *testing.T) {
 		t.Fatalf("NewTracker of a retired primary = %v, want a PermanentError saying to restart", err)
 	}
 }
+
+func TestAbortable(t *testing.T) {
+	live := Generation{Number: 1, State: Live}
+	tests := []struct {
+		name string
+		set  Set
+		want int // 0: none
+	}{
+		{"nothing beside the live one", Set{live}, 0},
+		{"the generation being built", Set{live, {Number: 2, State: Aborted}, {Number: 3, State: Building}}, 3},
+		{"the last aborted, whose collection may be left", Set{live, {Number: 2, State: Aborted}, {Number: 3, State: Aborted}}, 3},
+		{"a retiring generation is not aborted", Set{{Number: 1, State: Retiring}, {Number: 2, State: Live}}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g, ok := tt.set.Abortable()
+			if got := map[bool]int{true: g.Number}[ok]; got != tt.want {
+				t.Errorf("Abortable = %d (%v), want %d", g.Number, ok, tt.want)
+			}
+		})
+	}
+}

@@ -133,6 +133,26 @@ func (p *Projector) applyGenerations(ctx context.Context, w *Write, ledger []Led
 	}
 }
 
+// besideFailed is the error of a failed write of generation n, beside
+// the live one, in a write of the set of epoch: a *GenerationsChangedError
+// when the registry no longer has run write n (aborted or retired, its
+// collection perhaps deleted already, so the write cannot succeed), which
+// writes the batch again to the new set; else err, which the caller
+// retries.
+func (p *Projector) besideFailed(ctx context.Context, epoch int64, n int, err error) error {
+	err = fmt.Errorf("index generation %d: %w", n, err)
+	if p.d.Generations.Refresh(ctx) != nil {
+		return err
+	}
+	now, beside := p.d.Generations.Current()
+	for _, g := range beside {
+		if g.Number == n {
+			return err
+		}
+	}
+	return &GenerationsChangedError{Wrote: epoch, Now: now}
+}
+
 // checkFences checks the stores against what w wrote: the live
 // generation, the graph and the relational store through Deps.Fences,
 // then each generation beside the live one.

@@ -2,6 +2,7 @@ package project
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"testing"
@@ -220,4 +221,25 @@ func TestSettleGenerationBeside(t *testing.T) {
 		t.Fatalf("Settle: %v", err)
 	}
 	requireSameChunks(t, f, g2)
+}
+
+// TestGenerationDroppedUnderAWrite: a generation aborted while a member
+// still writes it (its collection deleted: every write of it fails) is
+// left out once the member reads the set again.
+func TestGenerationDroppedUnderAWrite(t *testing.T) {
+	f := newFixture(t, Config{})
+	g2 := newVectorIndex(StoreIndex)
+	g2.fail = func(*Write) error {
+		return &StoreError{Store: StoreIndex, Kind: Fatal, Err: errors.New("collection chunks_g2 not found")}
+	}
+	gens := &memGenerations{epoch: 1, beside: []Generation{besideGeneration(f, 2, g2)}, next: func() (int64, []Generation) { return 2, nil }}
+	f.p.d.Generations = gens
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := f.p.Handle(ctx, Fence{}, TopicID{}, []*kgo.Record{rec(0, "a", upsert("a", 1))}); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.rel.chunks["a"]) != 2 || len(f.index.chunks["a"]) != 2 {
+		t.Fatalf("relational %v, live index %v of a: want both written without the dropped generation", f.rel.chunks["a"], f.index.chunks["a"])
+	}
 }

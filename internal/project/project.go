@@ -497,7 +497,7 @@ func (p *Projector) apply(ctx context.Context, writes []indexed, ledger []Ledger
 			for _, iw := range writes {
 				err := p.writeIndex(ctx, w.Fence, func(ctx context.Context) error { return iw.index.Apply(ctx, iw.w) })
 				if err != nil && iw.generation > 0 {
-					return fmt.Errorf("index generation %d: %w", iw.generation, err)
+					return p.besideFailed(ctx, w.Epoch, iw.generation, err)
 				}
 				if err != nil {
 					return err

@@ -100,3 +100,13 @@ func (s *Store) CountPoints(ctx context.Context) (uint64, error) {
 	}
 	return n, nil
 }
+
+// Drop deletes the store's collection, if it exists: an aborted or
+// retired generation's. The server answers false for a collection it does
+// not have, which a drop run again meets.
+func (s *Store) Drop(ctx context.Context) error {
+	if _, err := s.client.GetCollectionsClient().Delete(ctx, &qdrant.DeleteCollection{CollectionName: s.cfg.Collection}); err != nil {
+		return classify(ctx, fmt.Errorf("delete collection %s: %w", s.cfg.Collection, err))
+	}
+	return nil
+}

@@ -259,3 +259,55 @@ func (s *Store) CountLive(ctx context.Context) (int64, error) {
 	}
 	return n, nil
 }
+
+// AbortGeneration marks building generation n aborted and raises the
+// set's epoch, so run stops writing it: the relational store refuses a
+// write that still wrote it, and the member writes the batch again to the
+// new set. It also ends the fill's lease renewals (a renewal needs the
+// generation building). Aborting an aborted generation again changes
+// nothing; any other state is refused (*generation.ConflictError).
+func (s *Store) AbortGeneration(ctx context.Context, n int) error {
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT epoch FROM generation_set FOR UPDATE`); err != nil {
+			return err
+		}
+		var state string
+		err := tx.QueryRow(ctx, `SELECT state FROM index_generations WHERE generation = $1 FOR UPDATE`, n).Scan(&state)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return &generation.ConflictError{Why: fmt.Sprintf("there is no generation %d", n)}
+		}
+		if err != nil {
+			return err
+		}
+		switch generation.State(state) {
+		case generation.Aborted:
+			return nil
+		case generation.Building:
+		default:
+			return &generation.ConflictError{Why: fmt.Sprintf("generation %d is %s: only a generation being built can be aborted", n, state)}
+		}
+		if _, err := tx.Exec(ctx, `UPDATE index_generations SET state = 'aborted' WHERE generation = $1`, n); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, `UPDATE generation_set SET epoch = epoch + 1`)
+		return err
+	})
+	if _, ok := errors.AsType[*generation.ConflictError](err); ok {
+		return err
+	}
+	if err != nil {
+		return classify(fmt.Errorf("abort index generation %d: %w", n, err))
+	}
+	return nil
+}
+
+// FillHeldFor returns how long the fill lease of generation n is held
+// still (0: not held): a fill's write may land until then.
+func (s *Store) FillHeldFor(ctx context.Context, n int) (time.Duration, error) {
+	var left float64
+	err := s.pool.QueryRow(ctx, `SELECT greatest(coalesce(extract(epoch FROM fill_until - now()), 0), 0)::float8 FROM index_generations WHERE generation = $1`, n).Scan(&left)
+	if err != nil {
+		return 0, classify(fmt.Errorf("read the fill lease of generation %d: %w", n, err))
+	}
+	return time.Duration(left * float64(time.Second)), nil
+}

@@ -142,3 +142,44 @@ func TestRegisterGenerationAndFillLease(t *testing.T) {
 		t.Fatal("TakeFill of the live generation, want a refusal")
 	}
 }
+
+func TestAbortGeneration(t *testing.T) {
+	s := openTest(t)
+	ctx := context.Background()
+	emb := func(dim int) generation.Embedder {
+		return generation.Embedder{Kind: generation.EmbedderHashing, Dim: dim, Distance: generation.DistanceCosine}
+	}
+	if _, err := s.RegisterFirst(ctx, generation.Generation{Number: 1, Collection: "c_g1", State: generation.Live, Embedder: emb(4)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.RegisterGeneration(ctx, generation.Generation{Number: 2, Collection: "c_g2", State: generation.Building, Embedder: emb(8)}); err != nil {
+		t.Fatal(err)
+	}
+	token, _, err := s.TakeFill(ctx, 2, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left, err := s.FillHeldFor(ctx, 2); err != nil || left <= 0 {
+		t.Fatalf("FillHeldFor a held lease = %s, %v; want some time", left, err)
+	}
+	for range 2 { // the second is a rerun
+		if err := s.AbortGeneration(ctx, 2); err != nil {
+			t.Fatalf("AbortGeneration: %v", err)
+		}
+	}
+	epoch, set, err := s.GenerationSet(ctx)
+	if err != nil || epoch != 3 || set[1].State != generation.Aborted {
+		t.Fatalf("after the abort: epoch %d, %v, %v; want epoch 3 and generation 2 aborted", epoch, set, err)
+	}
+	if err := s.RenewFill(ctx, 2, token, time.Minute, generation.Progress{}); err == nil {
+		t.Error("the fill renewed its lease of an aborted generation, want a FillLostError")
+	}
+	if err := s.AbortGeneration(ctx, 1); err == nil {
+		t.Error("the live generation aborted, want a refusal")
+	}
+	// The next start takes the next number: an aborted one is not reused.
+	next, rerun, err := set.Next("c", emb(8))
+	if err != nil || rerun || next.Number != 3 {
+		t.Fatalf("Next after an abort = %v %v %v, want generation 3", next, rerun, err)
+	}
+}
