@@ -521,7 +521,7 @@ func (st *stores) useLive(ctx context.Context) error {
 	if err := st.relational.CheckSchema(ctx); err != nil {
 		return fmt.Errorf("the relational store: %w", err)
 	}
-	set, err := st.relational.Generations(ctx)
+	set, err := st.relational.Generations(ctx, st.alias)
 	if err != nil {
 		return fmt.Errorf("the relational store: %w", err)
 	}

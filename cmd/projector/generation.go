@@ -184,12 +184,12 @@ func generationAbort(ctx context.Context, f *generationFlags, _ *zap.Logger, st 
 		fmt.Fprintln(e.stdout, "Nothing changed: run again with --execute.")
 		return nil
 	}
-	if err := st.relational.AbortGeneration(ctx, g.Number); err != nil {
+	if err := st.relational.AbortGeneration(ctx, g); err != nil {
 		return err
 	}
 	fmt.Fprintf(e.stdout, "aborted generation %d: run no longer writes it.\n", g.Number)
 	for {
-		left, err := st.relational.FillHeldFor(ctx, g.Number)
+		left, err := st.relational.FillHeldFor(ctx, g)
 		if err != nil {
 			return err
 		}

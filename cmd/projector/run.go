@@ -281,7 +281,7 @@ func serve(ctx context.Context, f *runFlags, log *zap.Logger, reg *prometheus.Re
 		return err
 	}
 	fences := fence.New(fenceMode, reg, st.index, st.graph, st.relational)
-	generations, err := generation.NewTracker(ctx, st.relational, live.Number, func(ctx context.Context, g generation.Generation) (project.Generation, error) {
+	generations, err := generation.NewTracker(ctx, st.relational, st.alias, live.Number, func(ctx context.Context, g generation.Generation) (project.Generation, error) {
 		idx := st.qdrant.ForCollection(g.Collection, g.Embedder.Dim)
 		if err := idx.CheckCollection(ctx); err != nil {
 			return project.Generation{}, err

@@ -91,7 +91,7 @@ func (s Set) Next(alias string, emb Embedder) (Generation, bool, error) {
 	if building != nil {
 		return *building, true, nil
 	}
-	return Generation{Number: n, Collection: CollectionOf(alias, n), Embedder: emb, State: Building}, false, nil
+	return Generation{Alias: alias, Number: n, Collection: CollectionOf(alias, n), Embedder: emb, State: Building}, false, nil
 }
 
 // next returns the number of the next generation, or the generation being
@@ -129,9 +129,9 @@ type Progress struct {
 
 // FillStore is what the fill needs of the relational store.
 type FillStore interface {
-	TakeFill(ctx context.Context, n int, ttl time.Duration) (token int64, p Progress, err error)
-	RenewFill(ctx context.Context, n int, token int64, ttl time.Duration, p Progress) error
-	ReleaseFill(ctx context.Context, n int, token int64) error
+	TakeFill(ctx context.Context, g Generation, ttl time.Duration) (token int64, p Progress, err error)
+	RenewFill(ctx context.Context, g Generation, token int64, ttl time.Duration, p Progress) error
+	ReleaseFill(ctx context.Context, g Generation, token int64) error
 	LiveKeys(ctx context.Context, after string, limit int) ([]string, error)
 	CountLive(ctx context.Context) (int64, error)
 	Reprojection(ctx context.Context, keys []string) (*project.Write, map[string][]int, error)
@@ -167,12 +167,12 @@ func Fill(ctx context.Context, cfg FillConfig, store FillStore, idx FillIndex, e
 		now = time.Now
 	}
 	taken := now()
-	token, p, err := store.TakeFill(ctx, g.Number, cfg.LeaseTTL)
+	token, p, err := store.TakeFill(ctx, g, cfg.LeaseTTL)
 	if err != nil {
 		return p, err
 	}
 	renewed := taken
-	defer func() { _ = store.ReleaseFill(context.WithoutCancel(ctx), g.Number, token) }()
+	defer func() { _ = store.ReleaseFill(context.WithoutCancel(ctx), g, token) }()
 	total, err := store.CountLive(ctx)
 	if err != nil {
 		return p, err
@@ -181,7 +181,7 @@ func Fill(ctx context.Context, cfg FillConfig, store FillStore, idx FillIndex, e
 	start, startDocs := now(), p.Documents
 	renew := func(p Progress) error {
 		sent := now()
-		if err := store.RenewFill(ctx, g.Number, token, cfg.LeaseTTL, p); err != nil {
+		if err := store.RenewFill(ctx, g, token, cfg.LeaseTTL, p); err != nil {
 			return err
 		}
 		renewed = sent

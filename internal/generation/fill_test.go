@@ -36,24 +36,24 @@ type fillStore struct {
 	afterRead func(read int)
 }
 
-func (s *fillStore) TakeFill(_ context.Context, n int, _ time.Duration) (int64, Progress, error) {
+func (s *fillStore) TakeFill(_ context.Context, g Generation, _ time.Duration) (int64, Progress, error) {
 	if s.held {
-		return 0, Progress{}, &FillHeldError{Generation: n, For: time.Second}
+		return 0, Progress{}, &FillHeldError{Generation: g.Number, For: time.Second}
 	}
 	s.token++
 	s.held = true
 	return s.token, s.p, nil
 }
 
-func (s *fillStore) RenewFill(_ context.Context, n int, token int64, _ time.Duration, p Progress) error {
+func (s *fillStore) RenewFill(_ context.Context, g Generation, token int64, _ time.Duration, p Progress) error {
 	if s.lost || token != s.token {
-		return &FillLostError{Generation: n, Token: token}
+		return &FillLostError{Generation: g.Number, Token: token}
 	}
 	s.p = p
 	return nil
 }
 
-func (s *fillStore) ReleaseFill(context.Context, int, int64) error {
+func (s *fillStore) ReleaseFill(context.Context, Generation, int64) error {
 	s.held = false
 	return nil
 }

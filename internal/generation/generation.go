@@ -95,6 +95,9 @@ func (e Embedder) known() error {
 
 // Generation is one row of the registry.
 type Generation struct {
+	// Alias is the collection alias whose generation it is: each alias
+	// (--qdrant-collection) has generations of its own.
+	Alias  string
 	Number int
 	// Collection is the physical collection; it equals the alias only for
 	// a legacy generation (a collection made before generations).
@@ -191,11 +194,12 @@ func (s Set) Check(flags Embedder) error {
 
 // Registry is the generations' record: the relational store.
 type Registry interface {
-	// Generations returns every generation, by number.
-	Generations(ctx context.Context) (Set, error)
-	// RegisterFirst records g as generation 1 unless the registry holds
-	// a generation already, and returns the registry's generations:
-	// members that bootstrap at once all get the first one's.
+	// Generations returns every generation of alias, by number.
+	Generations(ctx context.Context, alias string) (Set, error)
+	// RegisterFirst records g as generation 1 of g.Alias unless the
+	// registry holds a generation of it already, and returns the alias's
+	// generations: members that bootstrap at once all get the first
+	// one's.
 	RegisterFirst(ctx context.Context, g Generation) (Set, error)
 }
 
@@ -224,7 +228,7 @@ const (
 // that name that the registry does not know is refused: something else
 // made it, and writing beside it could mislead its readers.
 func Bootstrap(ctx context.Context, reg Registry, names Names, alias string, emb Embedder) (Set, error) {
-	set, err := reg.Generations(ctx)
+	set, err := reg.Generations(ctx, alias)
 	if err != nil || len(set) > 0 {
 		return set, err
 	}
@@ -235,7 +239,7 @@ func Bootstrap(ctx context.Context, reg Registry, names Names, alias string, emb
 	if err != nil {
 		return nil, err
 	}
-	first := Generation{Number: 1, Collection: CollectionOf(alias, 1), Embedder: emb, State: Live}
+	first := Generation{Alias: alias, Number: 1, Collection: CollectionOf(alias, 1), Embedder: emb, State: Live}
 	switch kind {
 	case NameCollection:
 		first.Collection = alias

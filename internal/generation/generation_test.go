@@ -15,7 +15,7 @@ type registry struct {
 	registered int
 }
 
-func (r *registry) Generations(context.Context) (Set, error) { return r.set, nil }
+func (r *registry) Generations(context.Context, string) (Set, error) { return r.set, nil }
 
 func (r *registry) RegisterFirst(_ context.Context, g Generation) (Set, error) {
 	if len(r.set) == 0 {
@@ -128,7 +128,7 @@ type setReader struct {
 	}
 }
 
-func (r *setReader) GenerationSet(context.Context) (int64, Set, error) {
+func (r *setReader) GenerationSet(context.Context, string) (int64, Set, error) {
 	next := r.reads[0]
 	if len(r.reads) > 1 {
 		r.reads = r.reads[1:]
@@ -158,7 +158,7 @@ func TestTracker(t *testing.T) {
 	}
 	reads := (&setReader{}).then(1, g1).then(2, g1, g2).then(2, g1, g2).
 		then(3, g1, g2, Generation{Number: 3, Collection: "chunks_g3", Embedder: Embedder{Kind: "word2vec", Dim: 8, Distance: DistanceCosine}, State: Building})
-	tr, err := NewTracker(ctx, reads, 1, open)
+	tr, err := NewTracker(ctx, reads, "chunks", 1, open)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +188,7 @@ func TestTrackerPrimaryNoLongerWritten(t *testing.T) {
 	open := func(_ context.Context, g Generation) (project.Generation, error) {
 		return project.Generation{Number: g.Number}, nil
 	}
-	_, err := NewTracker(context.Background(), (&setReader{}).then(5, g1, g2), 1, open)
+	_, err := NewTracker(context.Background(), (&setReader{}).then(5, g1, g2), "chunks", 1, open)
 	if _, ok := errors.AsType[*project.PermanentError](err); !ok || !strings.Contains(err.Error(), "restart the member") {
 		t.Fatalf("NewTracker of a retired primary = %v, want a PermanentError saying to restart", err)
 	}

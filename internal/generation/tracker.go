@@ -8,10 +8,10 @@ import (
 	"github.com/projector/projector/internal/project"
 )
 
-// SetReader reads the registry with the epoch of the set run writes: the
-// relational store (postgres.Store.GenerationSet).
+// SetReader reads an alias's generations with the epoch of the sets run
+// writes: the relational store (postgres.Store.GenerationSet).
 type SetReader interface {
-	GenerationSet(ctx context.Context) (int64, Set, error)
+	GenerationSet(ctx context.Context, alias string) (int64, Set, error)
 }
 
 // Opener makes what writes generation g beside the primary one: its index
@@ -30,6 +30,7 @@ type Opener func(ctx context.Context, g Generation) (project.Generation, error)
 type Tracker struct {
 	reg     SetReader
 	open    Opener
+	alias   string
 	primary int
 
 	mu     sync.Mutex // guards what follows
@@ -42,10 +43,11 @@ type Tracker struct {
 
 var _ project.Generations = (*Tracker)(nil)
 
-// NewTracker returns the tracker of a member whose primary generation is
-// primary, having read the registry once.
-func NewTracker(ctx context.Context, reg SetReader, primary int, open Opener) (*Tracker, error) {
-	t := &Tracker{reg: reg, open: open, primary: primary, opened: map[int]project.Generation{}}
+// NewTracker returns the tracker of a member writing alias's
+// generations, whose primary one is primary, having read the registry
+// once.
+func NewTracker(ctx context.Context, reg SetReader, alias string, primary int, open Opener) (*Tracker, error) {
+	t := &Tracker{reg: reg, open: open, alias: alias, primary: primary, opened: map[int]project.Generation{}}
 	if err := t.Refresh(ctx); err != nil {
 		return nil, err
 	}
@@ -65,7 +67,7 @@ func (t *Tracker) Current() (int64, []project.Generation) {
 // member's projector would write it on), is a *project.PermanentError:
 // the member stops writing instead of skipping a generation.
 func (t *Tracker) Refresh(ctx context.Context) error {
-	epoch, set, err := t.reg.GenerationSet(ctx)
+	epoch, set, err := t.reg.GenerationSet(ctx, t.alias)
 	if err != nil {
 		return err
 	}

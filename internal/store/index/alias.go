@@ -28,8 +28,18 @@ func (s *Store) ForCollection(collection string, dim int) *Store {
 }
 
 // Resolve says what name is on the server: an alias (and of which
-// collection), a collection, or nothing.
+// collection), a collection, or nothing. The server finds a collection
+// by its aliases too, so the aliases are listed after the collection is
+// found: an alias another member creates meanwhile is then listed, and
+// never taken for a collection.
 func (s *Store) Resolve(ctx context.Context, name string) (generation.NameKind, string, error) {
+	exists, err := s.client.CollectionExists(ctx, name)
+	if err != nil {
+		return 0, "", classify(ctx, fmt.Errorf("check collection %s: %w", name, err))
+	}
+	if !exists {
+		return generation.NameNone, "", nil
+	}
 	aliases, err := s.client.ListAliases(ctx)
 	if err != nil {
 		return 0, "", classify(ctx, fmt.Errorf("list aliases: %w", err))
@@ -39,14 +49,7 @@ func (s *Store) Resolve(ctx context.Context, name string) (generation.NameKind, 
 			return generation.NameAlias, a.GetCollectionName(), nil
 		}
 	}
-	exists, err := s.client.CollectionExists(ctx, name)
-	if err != nil {
-		return 0, "", classify(ctx, fmt.Errorf("check collection %s: %w", name, err))
-	}
-	if exists {
-		return generation.NameCollection, name, nil
-	}
-	return generation.NameNone, "", nil
+	return generation.NameCollection, name, nil
 }
 
 // EnsureAlias creates the alias alias of collection when the server has

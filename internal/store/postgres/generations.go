@@ -18,13 +18,13 @@ import (
 
 var _ generation.Registry = (*Store)(nil)
 
-const selectGenerations = `SELECT generation, collection, embedder, model, embed_url, dim, distance, state,
+const selectGenerations = `SELECT alias, generation, collection, embedder, model, embed_url, dim, distance, state,
 	coalesce(fill_after, ''), fill_documents, fill_chunks, fill_done_at IS NOT NULL
-FROM index_generations ORDER BY generation`
+FROM index_generations WHERE alias = $1 ORDER BY generation`
 
-// Generations returns every generation of the registry, by number.
-func (s *Store) Generations(ctx context.Context) (generation.Set, error) {
-	return generations(ctx, s.pool)
+// Generations returns every generation of alias, by number.
+func (s *Store) Generations(ctx context.Context, alias string) (generation.Set, error) {
+	return generations(ctx, s.pool, alias)
 }
 
 // querier is a pool or a transaction.
@@ -32,8 +32,8 @@ type querier interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 }
 
-func generations(ctx context.Context, q querier) (generation.Set, error) {
-	rows, err := q.Query(ctx, selectGenerations)
+func generations(ctx context.Context, q querier, alias string) (generation.Set, error) {
+	rows, err := q.Query(ctx, selectGenerations, alias)
 	if err != nil {
 		return nil, classify(fmt.Errorf("read the index generations: %w", err))
 	}
@@ -42,7 +42,7 @@ func generations(ctx context.Context, q querier) (generation.Set, error) {
 		g     generation.Generation
 		state string
 	)
-	targets := []any{&g.Number, &g.Collection, &g.Embedder.Kind, &g.Embedder.Model, &g.Embedder.URL, &g.Embedder.Dim, &g.Embedder.Distance, &state,
+	targets := []any{&g.Alias, &g.Number, &g.Collection, &g.Embedder.Kind, &g.Embedder.Model, &g.Embedder.URL, &g.Embedder.Dim, &g.Embedder.Distance, &state,
 		&g.Fill.After, &g.Fill.Documents, &g.Fill.Chunks, &g.Fill.Done}
 	_, err = pgx.ForEachRow(rows, targets, func() error {
 		g.State = generation.State(state)
@@ -55,10 +55,12 @@ func generations(ctx context.Context, q querier) (generation.Set, error) {
 	return out, nil
 }
 
-// RegisterFirst records g as the first generation unless the registry
-// holds one already, and returns the registry: of members that bootstrap
-// at once, the first one's insert wins and every one reads it back. It
-// raises the generation set's epoch with the insert.
+// RegisterFirst records g as the first generation of g.Alias unless the
+// registry holds one already, and returns the alias's generations: of
+// members that bootstrap at once, the first one's insert wins and every
+// one reads it back. It raises the epoch with the insert. The epoch is
+// one for every alias: a change of one alias's set makes the members of
+// the others read theirs again, and change nothing.
 func (s *Store) RegisterFirst(ctx context.Context, g generation.Generation) (generation.Set, error) {
 	var out generation.Set
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -67,9 +69,9 @@ func (s *Store) RegisterFirst(ctx context.Context, g generation.Generation) (gen
 		if _, err := tx.Exec(ctx, `SELECT epoch FROM generation_set FOR UPDATE`); err != nil {
 			return err
 		}
-		tag, err := tx.Exec(ctx, `INSERT INTO index_generations (generation, collection, embedder, model, embed_url, dim, distance, state)
-SELECT $1, $2, $3, $4, $5, $6, $7, $8 WHERE NOT EXISTS (SELECT 1 FROM index_generations)`,
-			g.Number, g.Collection, g.Embedder.Kind, g.Embedder.Model, g.Embedder.URL, g.Embedder.Dim, g.Embedder.Distance, string(g.State))
+		tag, err := tx.Exec(ctx, `INSERT INTO index_generations (alias, generation, collection, embedder, model, embed_url, dim, distance, state)
+SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9 WHERE NOT EXISTS (SELECT 1 FROM index_generations WHERE alias = $1)`,
+			g.Alias, g.Number, g.Collection, g.Embedder.Kind, g.Embedder.Model, g.Embedder.URL, g.Embedder.Dim, g.Embedder.Distance, string(g.State))
 		if err != nil {
 			return err
 		}
@@ -78,7 +80,7 @@ SELECT $1, $2, $3, $4, $5, $6, $7, $8 WHERE NOT EXISTS (SELECT 1 FROM index_gene
 				return err
 			}
 		}
-		out, err = generations(ctx, tx)
+		out, err = generations(ctx, tx, g.Alias)
 		return err
 	})
 	if err != nil {
@@ -100,12 +102,12 @@ const readGenerationEpoch = `SELECT epoch FROM generation_set FOR SHARE`
 // only makes the relational store refuse the first write, which is then
 // written again; the other way round, an older set under a newer epoch,
 // would let a write that missed a new generation commit.
-func (s *Store) GenerationSet(ctx context.Context) (int64, generation.Set, error) {
+func (s *Store) GenerationSet(ctx context.Context, alias string) (int64, generation.Set, error) {
 	var epoch int64
 	if err := s.pool.QueryRow(ctx, `SELECT epoch FROM generation_set`).Scan(&epoch); err != nil {
 		return 0, nil, classify(fmt.Errorf("read the index generations' epoch: %w", err))
 	}
-	set, err := s.Generations(ctx)
+	set, err := s.Generations(ctx, alias)
 	return epoch, set, err
 }
 
@@ -136,7 +138,7 @@ func (s *Store) RegisterGeneration(ctx context.Context, g generation.Generation)
 		if _, err := tx.Exec(ctx, `SELECT epoch FROM generation_set FOR UPDATE`); err != nil {
 			return err
 		}
-		set, err := generations(ctx, tx)
+		set, err := generations(ctx, tx, g.Alias)
 		if err != nil {
 			return err
 		}
@@ -147,15 +149,15 @@ func (s *Store) RegisterGeneration(ctx context.Context, g generation.Generation)
 			}
 			return err
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO index_generations (generation, collection, embedder, model, embed_url, dim, distance, state)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`,
-			g.Number, g.Collection, g.Embedder.Kind, g.Embedder.Model, g.Embedder.URL, g.Embedder.Dim, g.Embedder.Distance, string(g.State)); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO index_generations (alias, generation, collection, embedder, model, embed_url, dim, distance, state)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)`,
+			g.Alias, g.Number, g.Collection, g.Embedder.Kind, g.Embedder.Model, g.Embedder.URL, g.Embedder.Dim, g.Embedder.Distance, string(g.State)); err != nil {
 			return err
 		}
 		if _, err := tx.Exec(ctx, `UPDATE generation_set SET epoch = epoch + 1`); err != nil {
 			return err
 		}
-		out, err = generations(ctx, tx)
+		out, err = generations(ctx, tx, g.Alias)
 		return err
 	})
 	if _, ok := errors.AsType[*generation.ConflictError](err); ok {
@@ -172,7 +174,8 @@ var _ generation.FillStore = (*Store)(nil)
 // TakeFill takes the fill lease of building generation n for ttl (on the
 // server's clock) and returns its token and the progress recorded. It
 // fails with a *generation.FillHeldError while another fill holds it.
-func (s *Store) TakeFill(ctx context.Context, n int, ttl time.Duration) (int64, generation.Progress, error) {
+func (s *Store) TakeFill(ctx context.Context, g generation.Generation, ttl time.Duration) (int64, generation.Progress, error) {
+	n := g.Number
 	var (
 		token   int64
 		p       generation.Progress
@@ -180,7 +183,7 @@ func (s *Store) TakeFill(ctx context.Context, n int, ttl time.Duration) (int64, 
 		heldFor *float64
 	)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		err := tx.QueryRow(ctx, `SELECT state, extract(epoch FROM fill_until - now())::float8 FROM index_generations WHERE generation = $1 FOR UPDATE`, n).
+		err := tx.QueryRow(ctx, `SELECT state, extract(epoch FROM fill_until - now())::float8 FROM index_generations WHERE alias = $2 AND generation = $1 FOR UPDATE`, n, g.Alias).
 			Scan(&state, &heldFor)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return &generation.ConflictError{Why: fmt.Sprintf("there is no generation %d", n)}
@@ -195,8 +198,8 @@ func (s *Store) TakeFill(ctx context.Context, n int, ttl time.Duration) (int64, 
 			return &generation.FillHeldError{Generation: n, For: time.Duration(*heldFor * float64(time.Second))}
 		}
 		return tx.QueryRow(ctx, `UPDATE index_generations SET fill_token = fill_token + 1, fill_until = now() + make_interval(secs => $2)
-WHERE generation = $1
-RETURNING fill_token, coalesce(fill_after, ''), fill_documents, fill_chunks, fill_done_at IS NOT NULL`, n, ttl.Seconds()).
+WHERE alias = $3 AND generation = $1
+RETURNING fill_token, coalesce(fill_after, ''), fill_documents, fill_chunks, fill_done_at IS NOT NULL`, n, ttl.Seconds(), g.Alias).
 			Scan(&token, &p.After, &p.Documents, &p.Chunks, &p.Done)
 	})
 	if err == nil {
@@ -213,11 +216,12 @@ RETURNING fill_token, coalesce(fill_after, ''), fill_documents, fill_chunks, fil
 // RenewFill records the fill's progress p and holds its lease ttl longer,
 // if token still holds it and it has not expired; else it fails with a
 // *generation.FillLostError.
-func (s *Store) RenewFill(ctx context.Context, n int, token int64, ttl time.Duration, p generation.Progress) error {
+func (s *Store) RenewFill(ctx context.Context, g generation.Generation, token int64, ttl time.Duration, p generation.Progress) error {
+	n := g.Number
 	tag, err := s.pool.Exec(ctx, `UPDATE index_generations SET fill_until = now() + make_interval(secs => $3),
 	fill_after = $4, fill_documents = $5, fill_chunks = $6, fill_done_at = CASE WHEN $7 THEN coalesce(fill_done_at, now()) END
-WHERE generation = $1 AND fill_token = $2 AND fill_until >= now() AND state = 'building'`,
-		n, token, ttl.Seconds(), p.After, p.Documents, p.Chunks, p.Done)
+WHERE alias = $8 AND generation = $1 AND fill_token = $2 AND fill_until >= now() AND state = 'building'`,
+		n, token, ttl.Seconds(), p.After, p.Documents, p.Chunks, p.Done, g.Alias)
 	if err != nil {
 		return classify(fmt.Errorf("renew the fill lease of generation %d: %w", n, err))
 	}
@@ -229,8 +233,9 @@ WHERE generation = $1 AND fill_token = $2 AND fill_until >= now() AND state = 'b
 
 // ReleaseFill ends the fill lease token holds, so that the next fill need
 // not wait for it to expire: its writes have ended.
-func (s *Store) ReleaseFill(ctx context.Context, n int, token int64) error {
-	_, err := s.pool.Exec(ctx, `UPDATE index_generations SET fill_until = NULL WHERE generation = $1 AND fill_token = $2`, n, token)
+func (s *Store) ReleaseFill(ctx context.Context, g generation.Generation, token int64) error {
+	n := g.Number
+	_, err := s.pool.Exec(ctx, `UPDATE index_generations SET fill_until = NULL WHERE alias = $3 AND generation = $1 AND fill_token = $2`, n, token, g.Alias)
 	if err != nil {
 		return classify(fmt.Errorf("release the fill lease of generation %d: %w", n, err))
 	}
@@ -266,13 +271,14 @@ func (s *Store) CountLive(ctx context.Context) (int64, error) {
 // new set. It also ends the fill's lease renewals (a renewal needs the
 // generation building). Aborting an aborted generation again changes
 // nothing; any other state is refused (*generation.ConflictError).
-func (s *Store) AbortGeneration(ctx context.Context, n int) error {
+func (s *Store) AbortGeneration(ctx context.Context, g generation.Generation) error {
+	n := g.Number
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT epoch FROM generation_set FOR UPDATE`); err != nil {
 			return err
 		}
 		var state string
-		err := tx.QueryRow(ctx, `SELECT state FROM index_generations WHERE generation = $1 FOR UPDATE`, n).Scan(&state)
+		err := tx.QueryRow(ctx, `SELECT state FROM index_generations WHERE alias = $2 AND generation = $1 FOR UPDATE`, n, g.Alias).Scan(&state)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return &generation.ConflictError{Why: fmt.Sprintf("there is no generation %d", n)}
 		}
@@ -286,7 +292,7 @@ func (s *Store) AbortGeneration(ctx context.Context, n int) error {
 		default:
 			return &generation.ConflictError{Why: fmt.Sprintf("generation %d is %s: only a generation being built can be aborted", n, state)}
 		}
-		if _, err := tx.Exec(ctx, `UPDATE index_generations SET state = 'aborted' WHERE generation = $1`, n); err != nil {
+		if _, err := tx.Exec(ctx, `UPDATE index_generations SET state = 'aborted' WHERE alias = $2 AND generation = $1`, n, g.Alias); err != nil {
 			return err
 		}
 		_, err = tx.Exec(ctx, `UPDATE generation_set SET epoch = epoch + 1`)
@@ -303,9 +309,10 @@ func (s *Store) AbortGeneration(ctx context.Context, n int) error {
 
 // FillHeldFor returns how long the fill lease of generation n is held
 // still (0: not held): a fill's write may land until then.
-func (s *Store) FillHeldFor(ctx context.Context, n int) (time.Duration, error) {
+func (s *Store) FillHeldFor(ctx context.Context, g generation.Generation) (time.Duration, error) {
+	n := g.Number
 	var left float64
-	err := s.pool.QueryRow(ctx, `SELECT greatest(coalesce(extract(epoch FROM fill_until - now()), 0), 0)::float8 FROM index_generations WHERE generation = $1`, n).Scan(&left)
+	err := s.pool.QueryRow(ctx, `SELECT greatest(coalesce(extract(epoch FROM fill_until - now()), 0), 0)::float8 FROM index_generations WHERE alias = $2 AND generation = $1`, n, g.Alias).Scan(&left)
 	if err != nil {
 		return 0, classify(fmt.Errorf("read the fill lease of generation %d: %w", n, err))
 	}

@@ -15,7 +15,7 @@ import (
 func TestRegisterFirstGeneration(t *testing.T) {
 	s := openTest(t)
 	ctx := context.Background()
-	set, err := s.Generations(ctx)
+	set, err := s.Generations(ctx, "chunks")
 	if err != nil || len(set) != 0 {
 		t.Fatalf("Generations of a new schema = %v, %v; want none", set, err)
 	}
@@ -28,7 +28,7 @@ func TestRegisterFirstGeneration(t *testing.T) {
 	for i := range members {
 		wg.Go(func() {
 			sets[i], errs[i] = s.RegisterFirst(ctx, generation.Generation{
-				Number: 1, Collection: fmt.Sprintf("chunks_%d", i), State: generation.Live,
+				Alias: "chunks", Number: 1, Collection: fmt.Sprintf("chunks_%d", i), State: generation.Live,
 				Embedder: generation.Embedder{Kind: generation.EmbedderHashing, Dim: 8 + i, Distance: generation.DistanceCosine},
 			})
 		})
@@ -42,7 +42,7 @@ func TestRegisterFirstGeneration(t *testing.T) {
 			t.Fatalf("member %d read %v, member 0 %v: want the one generation every member registered", i, sets[i], sets[0])
 		}
 	}
-	held, err := s.Generations(ctx)
+	held, err := s.Generations(ctx, "chunks")
 	if err != nil || len(held) != 1 || held[0] != sets[0][0] {
 		t.Fatalf("Generations = %v, %v; want %v", held, err, sets[0])
 	}
@@ -55,12 +55,12 @@ func TestRegisterFirstGeneration(t *testing.T) {
 func TestApplyRefusesAnotherGenerationEpoch(t *testing.T) {
 	s := openTest(t)
 	ctx := context.Background()
-	set, err := s.RegisterFirst(ctx, generation.Generation{Number: 1, Collection: "chunks_g1", State: generation.Live,
+	set, err := s.RegisterFirst(ctx, generation.Generation{Alias: "chunks", Number: 1, Collection: "chunks_g1", State: generation.Live,
 		Embedder: generation.Embedder{Kind: generation.EmbedderHashing, Dim: 4, Distance: generation.DistanceCosine}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	epoch, held, err := s.GenerationSet(ctx)
+	epoch, held, err := s.GenerationSet(ctx, "chunks")
 	if err != nil || epoch != 1 || len(held) != 1 || held[0] != set[0] {
 		t.Fatalf("GenerationSet = %d %v %v, want epoch 1 and the registered generation", epoch, held, err)
 	}
@@ -94,10 +94,10 @@ func TestRegisterGenerationAndFillLease(t *testing.T) {
 	s := openTest(t)
 	ctx := context.Background()
 	hashing := generation.Embedder{Kind: generation.EmbedderHashing, Dim: 4, Distance: generation.DistanceCosine}
-	if _, err := s.RegisterFirst(ctx, generation.Generation{Number: 1, Collection: "chunks_g1", State: generation.Live, Embedder: hashing}); err != nil {
+	if _, err := s.RegisterFirst(ctx, generation.Generation{Alias: "chunks", Number: 1, Collection: "chunks_g1", State: generation.Live, Embedder: hashing}); err != nil {
 		t.Fatal(err)
 	}
-	g2 := generation.Generation{Number: 2, Collection: "chunks_g2", State: generation.Building,
+	g2 := generation.Generation{Alias: "chunks", Number: 2, Collection: "chunks_g2", State: generation.Building,
 		Embedder: generation.Embedder{Kind: generation.EmbedderHashing, Dim: 8, Distance: generation.DistanceCosine}}
 	for range 2 { // the second is a rerun, which changes nothing
 		set, err := s.RegisterGeneration(ctx, g2)
@@ -105,7 +105,7 @@ func TestRegisterGenerationAndFillLease(t *testing.T) {
 			t.Fatalf("RegisterGeneration = %v, %v; want generations 1 and 2", set, err)
 		}
 	}
-	if epoch, _, err := s.GenerationSet(ctx); err != nil || epoch != 2 {
+	if epoch, _, err := s.GenerationSet(ctx, "chunks"); err != nil || epoch != 2 {
 		t.Fatalf("epoch %d, %v after a registration and its rerun, want 2", epoch, err)
 	}
 	g3 := g2
@@ -114,31 +114,33 @@ func TestRegisterGenerationAndFillLease(t *testing.T) {
 		t.Fatal("a second generation registered while one is building, want a refusal")
 	}
 
-	token, p, err := s.TakeFill(ctx, 2, time.Minute)
+	token, p, err := s.TakeFill(ctx, g2, time.Minute)
 	if err != nil || p != (generation.Progress{}) {
 		t.Fatalf("TakeFill = %d %+v %v, want a token and no progress", token, p, err)
 	}
-	if _, _, err := s.TakeFill(ctx, 2, time.Minute); err == nil {
+	if _, _, err := s.TakeFill(ctx, g2, time.Minute); err == nil {
 		t.Fatal("a second TakeFill while the lease holds, want a FillHeldError")
 	}
 	want := generation.Progress{After: "k", Documents: 3, Chunks: 7}
-	if err := s.RenewFill(ctx, 2, token, time.Minute, want); err != nil {
+	if err := s.RenewFill(ctx, g2, token, time.Minute, want); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.RenewFill(ctx, 2, token+1, time.Minute, want); err == nil {
+	if err := s.RenewFill(ctx, g2, token+1, time.Minute, want); err == nil {
 		t.Fatal("RenewFill with another token, want a FillLostError")
 	}
-	if err := s.ReleaseFill(ctx, 2, token); err != nil {
+	if err := s.ReleaseFill(ctx, g2, token); err != nil {
 		t.Fatal(err)
 	}
-	next, p, err := s.TakeFill(ctx, 2, time.Minute)
+	next, p, err := s.TakeFill(ctx, g2, time.Minute)
 	if err != nil || next <= token || p != want {
 		t.Fatalf("TakeFill after a release = %d %+v %v, want a newer token and the progress %+v", next, p, err, want)
 	}
-	if err := s.RenewFill(ctx, 2, token, time.Minute, want); err == nil {
+	if err := s.RenewFill(ctx, g2, token, time.Minute, want); err == nil {
 		t.Fatal("RenewFill of the earlier fill, want a FillLostError")
 	}
-	if _, _, err := s.TakeFill(ctx, 1, time.Minute); err == nil {
+	g1 := g2
+	g1.Number, g1.Collection = 1, "chunks_g1"
+	if _, _, err := s.TakeFill(ctx, g1, time.Minute); err == nil {
 		t.Fatal("TakeFill of the live generation, want a refusal")
 	}
 }
@@ -149,32 +151,39 @@ func TestAbortGeneration(t *testing.T) {
 	emb := func(dim int) generation.Embedder {
 		return generation.Embedder{Kind: generation.EmbedderHashing, Dim: dim, Distance: generation.DistanceCosine}
 	}
-	if _, err := s.RegisterFirst(ctx, generation.Generation{Number: 1, Collection: "c_g1", State: generation.Live, Embedder: emb(4)}); err != nil {
+	g1 := generation.Generation{Alias: "c", Number: 1, Collection: "c_g1", State: generation.Live, Embedder: emb(4)}
+	g2 := generation.Generation{Alias: "c", Number: 2, Collection: "c_g2", State: generation.Building, Embedder: emb(8)}
+	if _, err := s.RegisterFirst(ctx, g1); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.RegisterGeneration(ctx, generation.Generation{Number: 2, Collection: "c_g2", State: generation.Building, Embedder: emb(8)}); err != nil {
+	if _, err := s.RegisterGeneration(ctx, g2); err != nil {
 		t.Fatal(err)
 	}
-	token, _, err := s.TakeFill(ctx, 2, time.Minute)
+	// Another alias's generation 1 beside them: its own registry.
+	other := generation.Generation{Alias: "d", Number: 1, Collection: "d_g1", State: generation.Live, Embedder: emb(16)}
+	if set, err := s.RegisterFirst(ctx, other); err != nil || len(set) != 1 || set[0] != other {
+		t.Fatalf("RegisterFirst of another alias = %v, %v; want its own generation 1", set, err)
+	}
+	token, _, err := s.TakeFill(ctx, g2, time.Minute)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if left, err := s.FillHeldFor(ctx, 2); err != nil || left <= 0 {
+	if left, err := s.FillHeldFor(ctx, g2); err != nil || left <= 0 {
 		t.Fatalf("FillHeldFor a held lease = %s, %v; want some time", left, err)
 	}
 	for range 2 { // the second is a rerun
-		if err := s.AbortGeneration(ctx, 2); err != nil {
+		if err := s.AbortGeneration(ctx, g2); err != nil {
 			t.Fatalf("AbortGeneration: %v", err)
 		}
 	}
-	epoch, set, err := s.GenerationSet(ctx)
-	if err != nil || epoch != 3 || set[1].State != generation.Aborted {
-		t.Fatalf("after the abort: epoch %d, %v, %v; want epoch 3 and generation 2 aborted", epoch, set, err)
+	epoch, set, err := s.GenerationSet(ctx, "c")
+	if err != nil || epoch != 4 || len(set) != 2 || set[1].State != generation.Aborted {
+		t.Fatalf("after the abort: epoch %d, %v, %v; want epoch 4 and generation 2 aborted", epoch, set, err)
 	}
-	if err := s.RenewFill(ctx, 2, token, time.Minute, generation.Progress{}); err == nil {
+	if err := s.RenewFill(ctx, g2, token, time.Minute, generation.Progress{}); err == nil {
 		t.Error("the fill renewed its lease of an aborted generation, want a FillLostError")
 	}
-	if err := s.AbortGeneration(ctx, 1); err == nil {
+	if err := s.AbortGeneration(ctx, g1); err == nil {
 		t.Error("the live generation aborted, want a refusal")
 	}
 	// The next start takes the next number: an aborted one is not reused.

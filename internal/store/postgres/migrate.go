@@ -126,16 +126,17 @@ CREATE TABLE index_settle (
 	PRIMARY KEY (source_topic, source_partition, document_key)
 );
 `,
-	// 7: the registry of index generations (generations.go): each a
-	// physical collection with its embedder, one of them live, which the
-	// readers' collection alias points at, with its fill's progress and
+	// 7: the registry of index generations (generations.go), per
+	// collection alias: each a physical collection with its embedder, one
+	// of them live, which the readers' alias points at, with its fill's progress and
 	// the lease of the one fill that may write it; and the epoch of the
 	// set of generations run writes, which every change of that set
 	// raises.
 	// Empty: the first migrate or run registers generation 1.
 	`
 CREATE TABLE index_generations (
-	generation     integer PRIMARY KEY CHECK (generation >= 1),
+	alias          text NOT NULL,
+	generation     integer NOT NULL CHECK (generation >= 1),
 	collection     text NOT NULL UNIQUE,
 	embedder       text NOT NULL,
 	model          text NOT NULL,
@@ -151,9 +152,10 @@ CREATE TABLE index_generations (
 	fill_until     timestamptz,
 	created_at     timestamptz NOT NULL DEFAULT now(),
 	switched_at    timestamptz,
-	retire_after   timestamptz
+	retire_after   timestamptz,
+	PRIMARY KEY (alias, generation)
 );
-CREATE UNIQUE INDEX index_generations_one_live ON index_generations ((true)) WHERE state = 'live';
+CREATE UNIQUE INDEX index_generations_one_live ON index_generations (alias) WHERE state = 'live';
 CREATE TABLE generation_set (
 	id    boolean PRIMARY KEY DEFAULT true CHECK (id),
 	epoch bigint NOT NULL DEFAULT 0
