@@ -101,6 +101,15 @@ func TestGenerationBuiltBesideTheLiveOne(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "alias "+w.collection+" -> "+w.collection+"_g1") || !strings.Contains(out, "building") || !strings.Contains(out, "done") {
 		t.Errorf("generation status: exit %d\n%s%s", code, out, errOut)
 	}
+	// reconcile compares the generation being built with the relational
+	// copy, and refuses to repair it with the live one's vectors.
+	if r := w.reconcile("--generation", "2"); r.code != 0 || len(r.found) != 0 || r.summary.Documents == 0 {
+		t.Errorf("reconcile --generation 2 = exit %d, %v, %d documents; want exit 0 and no discrepancies\nstderr: %s",
+			r.code, r.brief(w.prefix), r.summary.Documents, r.stderr)
+	}
+	if _, errOut, code := w.cli(append(w.reconcileArgs(), "--generation", "2", "--repair")...); code != 2 || !strings.Contains(errOut, "cannot be repaired") {
+		t.Errorf("reconcile --generation 2 --repair: exit %d, want 2\n%s", code, errOut)
+	}
 }
 
 // flow produces new versions of documents doc-00.. of this world every

@@ -46,6 +46,7 @@ type reconcileFlags struct {
 	maxUnknown       int
 	repair           bool
 	deleteOrphans    bool
+	generation       int
 	leaseTTL         time.Duration
 	metricsFile      string
 	push             pushFlags
@@ -73,6 +74,7 @@ func (f *reconcileFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&f.maxDiscrepancies, "max-discrepancies", 0, "exit with status 3 when more discrepancies than this are left unresolved")
 	fs.BoolVar(&f.failOnFindings, "fail-on-discrepancies", true, "exit with status 3 past --max-discrepancies; false: exit 0 once the report is written and pushed, for a scheduled job whose findings the alert ProjectorReconcileDiscrepancies reports (a failed Job would page beside it)")
 	fs.BoolVar(&f.repair, "repair", false, "re-project missing, skewed and withdrawn-but-present documents from the relational copy, in the write order")
+	fs.IntVar(&f.generation, "generation", 0, "the index generation whose collection is compared (0: the live one); only the live one can be repaired (projector generation status lists them)")
 	fs.BoolVar(&f.deleteOrphans, "delete-orphans", false, "also remove orphans: re-project live documents holding foreign chunks, delete the chunks of unknown documents")
 	fs.DurationVar(&f.leaseTTL, "repair-lease-ttl", 30*time.Second, "how long the repair lease of --repair and --delete-orphans outlives its last renewal (renewed every third of it): run's writes wait that long at most for a repair that died")
 	fs.StringVar(&f.metricsFile, "metrics-file", "", "write the result as Prometheus text to this file (for node_exporter's textfile collector)")
@@ -123,6 +125,15 @@ func reconcileCommand(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	defer st.close(context.WithoutCancel(ctx))
+	if len(st.generations) > 0 {
+		g, err := st.generations.Reconciled(f.generation, f.repair || f.deleteOrphans)
+		if err != nil {
+			return usageError(err)
+		}
+		st.index = st.qdrant.ForCollection(g.Collection, g.Embedder.Dim)
+	} else if f.generation != 0 {
+		return usageError(fmt.Errorf("--generation %d: the registry has no generation (projector migrate registers the first)", f.generation))
+	}
 	if f.repair && len(st.generations) > 0 {
 		// A repair from the log embeds as run does: with the live
 		// generation's embedder.

@@ -153,6 +153,30 @@ func (s Set) Abortable() (Generation, bool) {
 	return *last, true
 }
 
+// Reconciled returns generation n, the one a reconcile compares (0: the
+// live one). Only a generation run writes can be compared, and only the
+// live one repaired: a repair writes the relational copy's vectors, which
+// are the live generation's model's.
+func (s Set) Reconciled(n int, repair bool) (Generation, error) {
+	live, ok := s.Live()
+	if n == 0 && ok {
+		return live, nil
+	}
+	for _, g := range s {
+		if g.Number != n {
+			continue
+		}
+		switch {
+		case !g.State.Written():
+			return Generation{}, &ConflictError{Why: fmt.Sprintf("%s is not written: there is nothing to compare", g)}
+		case repair && g.State != Live:
+			return Generation{}, &ConflictError{Why: fmt.Sprintf("%s cannot be repaired: a repair writes the relational copy's vectors, the live generation's; compare it without --repair, and abort and start it again if it differs", g)}
+		}
+		return g, nil
+	}
+	return Generation{}, &ConflictError{Why: fmt.Sprintf("there is no generation %d", n)}
+}
+
 // Written is the generations run writes, by number.
 func (s Set) Written() Set {
 	var out Set

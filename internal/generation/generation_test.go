@@ -215,3 +215,39 @@ func TestAbortable(t *testing.T) {
 		})
 	}
 }
+
+func TestReconciled(t *testing.T) {
+	set := Set{
+		{Number: 1, Collection: "chunks_g1", Embedder: hashing, State: Live},
+		{Number: 2, Collection: "chunks_g2", Embedder: http768, State: Building},
+		{Number: 3, Collection: "chunks_g3", Embedder: http768, State: Aborted},
+	}
+	tests := []struct {
+		name    string
+		n       int
+		repair  bool
+		want    int
+		wantErr string
+	}{
+		{"the live one by default", 0, false, 1, ""},
+		{"the live one repaired", 1, true, 1, ""},
+		{"a generation being built, compared", 2, false, 2, ""},
+		{"a generation being built, repaired", 2, true, 0, "cannot be repaired"},
+		{"an aborted generation", 3, false, 0, "not written"},
+		{"no such generation", 9, false, 0, "no generation 9"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g, err := set.Reconciled(tt.n, tt.repair)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Reconciled = %v, %v; want an error saying %q", g, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || g.Number != tt.want {
+				t.Fatalf("Reconciled = %v, %v; want generation %d", g, err, tt.want)
+			}
+		})
+	}
+}
