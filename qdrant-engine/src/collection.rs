@@ -681,36 +681,22 @@ impl Collection {
         Ok(total.expect("a collection has a shard"))
     }
 
-    /// Whether an optimization runs now, or updates wait for the optimizer
-    /// thread to look at them. The server reports a collection with
-    /// segments its optimizers would work on yellow (grey before they were
-    /// triggered) even before one starts; the engine cannot ask its
-    /// optimizers what they would plan without running them, so it counts
-    /// every update not yet looked at: a client waiting for green (after a
-    /// bulk load, before a benchmark reads CPU) never sees it while the
-    /// HNSW build it caused is still to come. The price is a yellow of up to
-    /// one pass of the optimizer thread after an update that needs nothing,
-    /// where the server says green at once.
+    /// Whether an optimization runs now.
     pub fn optimizing(&self) -> bool {
-        self.optimizing.load(Ordering::Acquire) > 0 || self.dirty.load(Ordering::Acquire)
+        self.optimizing.load(Ordering::Acquire) > 0
     }
 
     /// Runs the engine's optimizers (vacuum, merge, indexing, config
     /// changes) on every shard, if updates came since the last run, until
     /// they plan nothing more. Blocking; the optimizer thread calls it.
     pub fn optimize(&self) {
-        if self.closed() {
-            self.dirty.store(false, Ordering::Release);
+        if !self.dirty.swap(false, Ordering::AcqRel) || self.closed() {
             return;
         }
-        // Counted before the updates are taken, so that optimizing() is
-        // never false in between.
         self.optimizing.fetch_add(1, Ordering::AcqRel);
-        if self.dirty.swap(false, Ordering::AcqRel) {
-            for (i, shard) in self.shards.iter().enumerate() {
-                if let Err(e) = shard.optimize() {
-                    log::error!("collection {}: optimize shard {i}: {e}", self.name());
-                }
+        for (i, shard) in self.shards.iter().enumerate() {
+            if let Err(e) = shard.optimize() {
+                log::error!("collection {}: optimize shard {i}: {e}", self.name());
             }
         }
         self.optimizing.fetch_sub(1, Ordering::AcqRel);
@@ -1037,21 +1023,6 @@ mod tests {
 
     fn load_again(dir: &Path) -> Arc<Collection> {
         Collection::load(dir).unwrap()
-    }
-
-    /// As on the server, a collection reads yellow from an update its
-    /// optimizer has not looked at yet: a client that waits for green after
-    /// a bulk load does not stop before the optimization it caused.
-    #[test]
-    fn yellow_until_the_optimizer_has_looked() {
-        let dir = temp_dir("yellow");
-        let c = make(&dir, 8, 1, None);
-        c.optimize();
-        assert!(!c.optimizing(), "green with nothing to optimize");
-        c.apply_now(Collection::upsert_op(points(0..10, 8), None, None)).unwrap();
-        assert!(c.optimizing(), "yellow once an applied update waits for the optimizer");
-        c.optimize();
-        assert!(!c.optimizing(), "green once the optimizer has looked");
     }
 
     /// The optimizer as the server's defaults run it: after most points are

@@ -263,8 +263,7 @@ fn collection_info(storage: &Storage, name: &str) -> Result<grpc::CollectionInfo
             )
         })
         .collect();
-    // As the server: yellow while an optimization runs or is still to
-    // come (Collection::optimizing), green otherwise.
+    // As the server: yellow while an optimization runs, green otherwise.
     let status = if c.optimizing() { grpc::CollectionStatus::Yellow } else { grpc::CollectionStatus::Green };
     Ok(grpc::CollectionInfo {
         status: status as i32,
