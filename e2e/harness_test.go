@@ -151,6 +151,13 @@ func (w *world) close() {
 		w.t.Errorf("the graph keeps nodes of this test: %v", err)
 	}
 	_ = index.DropCollections(ctx, w.qd, w.collection)
+	if names, err := w.qd.ListCollections(ctx); err == nil {
+		for _, name := range names {
+			if name == w.collection || strings.HasPrefix(name, w.collection+"_") {
+				w.t.Errorf("the index keeps collection %s of this test", name)
+			}
+		}
+	}
 	_ = w.qd.Close()
 	_ = w.neo.Close(ctx)
 	w.pg.Close()

@@ -35,6 +35,7 @@ type benchFlags struct {
 	batchRecords   int
 	maxBatchChunks int
 	timeout        time.Duration
+	indexSettle    time.Duration
 	peerClasspath  string
 	peerBatchSize  int
 	peerLogDir     string
@@ -68,6 +69,7 @@ func (f *benchFlags) register(fs *flag.FlagSet) map[string]bool {
 	fs.IntVar(&f.batchRecords, "batch-records", run.batchRecords, "records per batch, for the service (run --batch-records) and the ceiling's writes")
 	fs.IntVar(&f.maxBatchChunks, "max-batch-chunks", run.maxBatchChunks, "chunks per store write, for the service (run --max-batch-chunks) and the ceiling's writes")
 	fs.DurationVar(&f.timeout, "timeout", 30*time.Minute, "longest one measurement of the service may take to drain the topic")
+	fs.DurationVar(&f.indexSettle, "index-settle", 5*time.Minute, "longest each measurement waits after its last write for Qdrant to finish optimizing its collection (status green) before the servers' CPU is read, so that the optimizer's work counts where it was caused and does not slow the next measurement; not part of the timed drain; 0: no wait")
 	fs.StringVar(&f.peerClasspath, "peer-classpath", "", "also measure the Debezium JDBC sink on a standalone Kafka Connect worker, PostgreSQL only, with this Java class path (scripts/peer-bench.sh fetches it and sets it)")
 	fs.IntVar(&f.peerBatchSize, "peer-batch-size", 2000, "the JDBC sink's batch.size and its worker's max.poll.records")
 	fs.StringVar(&f.peerLogDir, "peer-log-dir", os.TempDir(), "where each run of the Connect worker leaves its log")
@@ -133,7 +135,8 @@ func benchCommand(ctx context.Context, args []string, e env) error {
 		Documents: f.documents, Partitions: partitions, Seed: f.seed, Runs: f.runs,
 		SkipNaive: f.skipNaive, SkipCount: f.skipCount, VariantArgs: strings.Fields(f.variantArgs), NaiveChunks: f.naiveChunks,
 		BatchRecords: f.batchRecords, MaxBatchChunks: f.maxBatchChunks, Dim: f.stores.vectorDim, Timeout: f.timeout,
-		Processes: processes, CPUProfile: f.cpuProfile,
+		IndexSettle: f.indexSettle,
+		Processes:   processes, CPUProfile: f.cpuProfile,
 	}, bench.Deps{
 		Kafka: kopts,
 		OpenStores: func(ctx context.Context, collection, schema string) (*bench.Stores, error) {

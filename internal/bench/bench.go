@@ -23,6 +23,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/neo4j/neo4j-go-driver/v5/neo4j"
+	"github.com/qdrant/go-client/qdrant"
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 	"golang.org/x/sync/errgroup"
@@ -64,6 +65,13 @@ type Config struct {
 	Dim int
 	// Timeout bounds one measurement of the service.
 	Timeout time.Duration
+	// IndexSettle bounds the wait, after a measurement's last write, for
+	// the index server to finish optimizing the measurement's collection
+	// (its status green) before the servers' CPU is read: the optimizer's
+	// work (the HNSW build, merges, vacuum) is then counted in the
+	// measurement that caused it, not in the next one, which it would also
+	// slow. Its time is not part of the measurement's. 0: no wait.
+	IndexSettle time.Duration
 	// Processes are the servers whose CPU each measurement reads, beside
 	// the projector's (or the ceiling's writers').
 	Processes []Process
@@ -371,6 +379,10 @@ func (b *bench) ceiling(ctx context.Context, label string, partitions int) (Meas
 		return Measurement{}, err
 	}
 	elapsed := time.Since(start)
+	settle, err := b.settleIndex(ctx, st, ns.collection)
+	if err != nil {
+		return Measurement{}, err
+	}
 	cpu := sampleCPU(b.cfg.Processes, self).since(cpuBefore)
 	if err := verify(ctx, st, c); err != nil {
 		return Measurement{}, err
@@ -379,7 +391,7 @@ func (b *bench) ceiling(ctx context.Context, label string, partitions int) (Meas
 	return Measurement{
 		Events: float64(len(c.Records)), Chunks: c.Chunks, Seconds: elapsed.Seconds(),
 		Shares: Shares{Index: spent[0].Seconds() / total, Graph: spent[1].Seconds() / total, Relational: spent[2].Seconds() / total},
-		CPU:    cpu,
+		CPU:    cpu, Settle: settle.Seconds(),
 	}, nil
 }
 
@@ -429,6 +441,13 @@ func (b *bench) service(ctx context.Context, label string, partitions int, fence
 		}
 	}
 	elapsed := time.Since(start)
+	if st, err = b.d.OpenStores(ctx, ns.collection, ns.schema); err != nil {
+		return Measurement{}, err
+	}
+	settle, err := b.settleIndex(ctx, st, ns.collection)
+	if err != nil {
+		return Measurement{}, err
+	}
 	cpu := sampleCPU(b.cfg.Processes, pids).since(cpuBefore)
 	metrics, err := proc.metrics(ctx)
 	if err != nil {
@@ -442,9 +461,6 @@ func (b *bench) service(ctx context.Context, label string, partitions int, fence
 		return Measurement{}, err
 	}
 	if err := checkOutcomes(metrics, len(c.Records)); err != nil {
-		return Measurement{}, err
-	}
-	if st, err = b.d.OpenStores(ctx, ns.collection, ns.schema); err != nil {
 		return Measurement{}, err
 	}
 	if err := verify(ctx, st, c); err != nil {
@@ -464,9 +480,53 @@ func (b *bench) service(ctx context.Context, label string, partitions int, fence
 		PeakRSS:      peak,
 		BatchRecords: metrics["projector_batch_records_sum"] / metrics["projector_batch_records_count"],
 		CPU:          cpu,
+		Settle:       settle.Seconds(),
 		Idle:         idle(metrics, elapsed),
 	}, nil
 }
+
+// settleIndex waits, within Config.IndexSettle, until the index server
+// reports the collection optimized: green, and still green settleSteady
+// later. The server reads yellow (or grey) as soon as its optimizers would
+// work on a segment; qdrant-engine reads green until its optimizer thread,
+// which passes every 200 ms, starts on the collection, so a single green
+// right after the last write can come before the HNSW build. Between
+// measurements nothing else keeps that thread busy. It returns how long it
+// waited.
+func (b *bench) settleIndex(ctx context.Context, st *Stores, collection string) (time.Duration, error) {
+	if b.cfg.IndexSettle <= 0 {
+		return 0, nil
+	}
+	start := time.Now()
+	var greenSince time.Time
+	for {
+		info, err := st.Index.Client().GetCollectionInfo(ctx, collection)
+		if err != nil {
+			return 0, fmt.Errorf("read the optimizer's state of collection %s: %w", collection, err)
+		}
+		now := time.Now()
+		switch status := info.GetStatus(); {
+		case status != qdrant.CollectionStatus_Green:
+			greenSince = time.Time{}
+			if now.Sub(start) > b.cfg.IndexSettle {
+				return 0, fmt.Errorf("collection %s is still %s %s after the last write (--index-settle %s)", collection, status, now.Sub(start).Round(time.Second), b.cfg.IndexSettle)
+			}
+		case greenSince.IsZero():
+			greenSince = now
+		case now.Sub(greenSince) >= settleSteady:
+			return now.Sub(start), nil
+		}
+		select {
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+// settleSteady is how long a collection must stay green to count as
+// optimized: several passes of qdrant-engine's optimizer thread.
+const settleSteady = time.Second
 
 // idle is, per store, the share of the drain during which no call of the
 // service to it was in flight (projector_store_busy_seconds_total). The

@@ -60,7 +60,7 @@ func TestRunSmall(t *testing.T) {
 	var progress strings.Builder
 	rep, err := Run(ctx, Config{
 		Documents: 200, Partitions: []int{1}, Seed: 3, Runs: 1, NaiveChunks: 40,
-		BatchRecords: 500, MaxBatchChunks: 4096, Dim: dim, Timeout: 5 * time.Minute,
+		BatchRecords: 500, MaxBatchChunks: 4096, Dim: dim, Timeout: 5 * time.Minute, IndexSettle: time.Minute,
 		VariantArgs: []string{"--batches-in-flight", "1"},
 	}, Deps{
 		Kafka: []kgo.Opt{kgo.SeedBrokers(brokers...)},

@@ -230,13 +230,21 @@ func (l *Lease) renew() {
 	}
 }
 
+// leaseReleaseTimeout bounds Release's statement. A release that does not
+// reach the server (a connection gone half-open) leaves the lease to
+// expire by its TTL, which run's writes wait out; the repair's process
+// must still be able to end.
+const leaseReleaseTimeout = 5 * time.Second
+
 // Release ends the lease: run's writes go on at once.
 func (l *Lease) Release(ctx context.Context) {
 	l.closed.Do(func() {
 		close(l.stop)
 		<-l.done
 		l.s.lease.CompareAndSwap(l, nil)
-		_, _ = l.s.pool.Exec(context.WithoutCancel(ctx), releaseLease, l.token)
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), leaseReleaseTimeout)
+		defer cancel()
+		_, _ = l.s.pool.Exec(ctx, releaseLease, l.token)
 	})
 }
 

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"errors"
+	"net/url"
 	"testing"
 	"time"
 
@@ -259,5 +260,46 @@ func TestRepairLeaseRenewalFailureIsSeen(t *testing.T) {
 				t.Errorf("LeaseLostError %q carries the renewal's error: %v, want %v", lost, got, tt.wantCause)
 			}
 		})
+	}
+}
+
+// TestRepairLeaseReleaseIsBounded: a repair whose connections to PostgreSQL
+// went half-open still returns from Release, within its bound, leaving the
+// lease to expire by its TTL, so the repair's process can end.
+func TestRepairLeaseReleaseIsBounded(t *testing.T) {
+	_, schema := openUnmigrated(t)
+	dsn, err := url.Parse(testenv.PostgresDSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy := testenv.NewStallProxy(t, dsn.Host)
+	dsn.Host = proxy.Addr()
+	ctx := context.Background()
+	repair, err := Open(ctx, dsn.String(), schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := repair.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	lease, err := repair.TakeRepairLease(ctx, LeaseConfig{Holder: "stranded repair", TTL: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy.Strand()
+	released := make(chan struct{})
+	start := time.Now()
+	go func() {
+		lease.Release(ctx)
+		close(released)
+	}()
+	select {
+	case <-released:
+		t.Logf("Release returned after %s", time.Since(start).Round(time.Millisecond))
+	case <-time.After(leaseReleaseTimeout + 20*time.Second):
+		t.Fatalf("Release on a half-open connection has not returned after %s", time.Since(start).Round(time.Second))
+	}
+	if proxy.Dropped() == 0 {
+		t.Error("Release sent nothing after the proxy was stranded: the test did not strand it")
 	}
 }
