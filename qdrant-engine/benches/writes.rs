@@ -83,15 +83,21 @@ fn main() {
     );
 
     let mut rows = Vec::new();
+    // Each row is told as it is measured too: a run to 1M points takes
+    // hours on a busy machine, and what it measured on the way is kept.
+    let mut row = |op: String, size: usize, c: Cost| {
+        eprintln!("{op} at {size}: {} points, {} µs a point (write, flush, optimizer, total)", c.points, c.columns());
+        rows.push((op, size, c));
+    };
     for &size in &sizes {
         let from = bench.stored;
-        rows.push((format!("fill {from}-{size}"), size, bench.fill(&c, size)));
-        rows.push(("upsert".into(), size, bench.upsert(&c, points, false)));
+        row(format!("fill {from}-{size}"), size, bench.fill(&c, size));
+        row("upsert".into(), size, bench.upsert(&c, points, false));
         let new = bench.next_doc - points / CHUNKS;
-        rows.push(("conditional upsert, new points".into(), size, bench.upsert(&c, points, true)));
+        row("conditional upsert, new points".into(), size, bench.upsert(&c, points, true));
         let conditional = bench.next_doc - points / CHUNKS;
-        rows.push(("conditional upsert, overwrite".into(), size, bench.write(&c, conditional..bench.next_doc, true)));
-        rows.push(("delete by filter".into(), size, bench.delete(&c, new..bench.next_doc)));
+        row("conditional upsert, overwrite".into(), size, bench.write(&c, conditional..bench.next_doc, true));
+        row("delete by filter".into(), size, bench.delete(&c, new..bench.next_doc));
     }
     report(&rows, &sizes);
     drop(c);
