@@ -726,19 +726,22 @@ fn frame(seq: u64, op: &mut UpdateOperation) -> Result<Vec<u8>, serde_cbor::Erro
             _ => Vec::new(),
         })
         .collect();
-    let frame = serde_cbor::to_vec(op).map(|record| {
+    let frame = serde_cbor::to_vec(op).and_then(|record| {
         let floats: usize = vectors.iter().map(|v| 4 + 4 * v.len()).sum();
         let len = 4 + record.len() + floats;
+        let Some(len32) = u32::try_from(len).ok().filter(|n| n & RAW_VECTORS == 0) else {
+            return Err(serde::ser::Error::custom(format!("an update of {len} bytes, past the intake log's 2 GiB")));
+        };
         let mut frame = Vec::with_capacity(12 + len);
         frame.extend_from_slice(&seq.to_le_bytes());
-        frame.extend_from_slice(&(len as u32 | RAW_VECTORS).to_le_bytes());
+        frame.extend_from_slice(&(len32 | RAW_VECTORS).to_le_bytes());
         frame.extend_from_slice(&(record.len() as u32).to_le_bytes());
         frame.extend_from_slice(&record);
         for v in &vectors {
             frame.extend_from_slice(&(v.len() as u32).to_le_bytes());
             frame.extend(v.iter().flat_map(|x| x.to_le_bytes()));
         }
-        frame
+        Ok(frame)
     });
     for (p, v) in points_mut(op).into_iter().flatten().zip(vectors) {
         if let VectorStructPersisted::Single(slot) = &mut p.vector
