@@ -4,16 +4,11 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"fmt"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -28,26 +23,13 @@ import (
 // server is one Qdrant server process of PROJECTOR_TEST_QDRANT_BIN, on
 // ports and storage of its own, with the QDRANT__ variables a test gives.
 type server struct {
-	t                  *testing.T
-	bin, dir, storage  string
-	env                []string
-	httpPort, grpcPort int
-	cmd                *exec.Cmd
-	exited             chan struct{}
-	log                string
+	*testenv.Qdrant
+	t *testing.T
 }
 
 func newServer(t *testing.T, env ...string) *server {
 	t.Helper()
-	bin := os.Getenv("PROJECTOR_TEST_QDRANT_BIN")
-	if bin == "" {
-		testenv.Missing(t, "Qdrant", "PROJECTOR_TEST_QDRANT_BIN is not set")
-	}
-	dir := t.TempDir()
-	s := &server{t: t, bin: bin, dir: dir, storage: filepath.Join(dir, "storage"), env: env,
-		httpPort: freePort(t), grpcPort: freePort(t), log: filepath.Join(dir, "qdrant.log")}
-	t.Cleanup(func() { s.signal(syscall.SIGTERM) })
-	return s
+	return &server{Qdrant: testenv.NewQdrant(t, env...), t: t}
 }
 
 // engineOnly skips a test of what qdrant-engine adds to the server, when
@@ -60,103 +42,9 @@ func engineOnly(t *testing.T) {
 	}
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
-// start launches the process without waiting for it.
-func (s *server) start() {
-	s.t.Helper()
-	logf, err := os.OpenFile(s.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		s.t.Fatal(err)
-	}
-	defer logf.Close()
-	cmd := exec.Command(s.bin)
-	cmd.Dir = s.dir
-	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.Env = append(os.Environ(),
-		"QDRANT__SERVICE__HOST=127.0.0.1",
-		"QDRANT__SERVICE__HTTP_PORT="+strconv.Itoa(s.httpPort),
-		"QDRANT__SERVICE__GRPC_PORT="+strconv.Itoa(s.grpcPort),
-		"QDRANT__STORAGE__STORAGE_PATH="+s.storage,
-		"QDRANT__STORAGE__SNAPSHOTS_PATH="+filepath.Join(s.dir, "snapshots"),
-		"QDRANT__TELEMETRY_DISABLED=true",
-	)
-	cmd.Env = append(cmd.Env, s.env...)
-	if err := cmd.Start(); err != nil {
-		s.t.Fatalf("start %s: %v", s.bin, err)
-	}
-	s.cmd, s.exited = cmd, make(chan struct{})
-	go func(exited chan struct{}) {
-		_ = cmd.Wait()
-		close(exited)
-	}(s.exited)
-}
-
-// ready waits until the REST port answers /readyz, over TLS when useTLS.
-func (s *server) ready(useTLS bool) {
-	s.t.Helper()
-	scheme, client := "http", &http.Client{Timeout: 2 * time.Second}
-	if useTLS {
-		scheme = "https"
-		client.Transport = &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // a probe of a test's own server
-	}
-	url := fmt.Sprintf("%s://127.0.0.1:%d/readyz", scheme, s.httpPort)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		resp, err := client.Get(url)
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		select {
-		case <-s.exited:
-			s.t.Fatalf("the server exited before it was ready: %s", s.logText())
-		default:
-		}
-		if time.Now().After(deadline) {
-			s.t.Fatalf("not ready on %s: %v", url, err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-func (s *server) logText() string {
-	b, _ := os.ReadFile(s.log)
-	return string(b)
-}
-
-// signal sends sig and waits for the process to end.
-func (s *server) signal(sig syscall.Signal) {
-	if s.cmd == nil {
-		return
-	}
-	select {
-	case <-s.exited:
-	default:
-		_ = s.cmd.Process.Signal(sig)
-		select {
-		case <-s.exited:
-		case <-time.After(30 * time.Second):
-			_ = s.cmd.Process.Kill()
-			<-s.exited
-		}
-	}
-	s.cmd = nil
-}
-
 func (s *server) client(cfg qdrant.Config) *qdrant.Client {
 	s.t.Helper()
-	cfg.Host, cfg.Port, cfg.SkipCompatibilityCheck = "127.0.0.1", s.grpcPort, true
+	cfg.Host, cfg.Port, cfg.SkipCompatibilityCheck = "127.0.0.1", s.GRPCPort, true
 	c, err := qdrant.NewClient(&cfg)
 	if err != nil {
 		s.t.Fatal(err)
@@ -187,8 +75,8 @@ func createCollection(t *testing.T, c *qdrant.Client, name string, shards uint32
 // storage and requires every point whose upsert was answered.
 func TestKillLosesNothingAcknowledged(t *testing.T) {
 	s := newServer(t)
-	s.start()
-	s.ready(false)
+	s.Start()
+	s.WaitReady(60 * time.Second)
 	c := s.client(qdrant.Config{})
 	createCollection(t, c, "killed", 2)
 
@@ -220,7 +108,7 @@ func TestKillLosesNothingAcknowledged(t *testing.T) {
 		}
 	}()
 	time.Sleep(1500 * time.Millisecond)
-	s.signal(syscall.SIGKILL)
+	s.Kill()
 	cancel()
 	<-done
 	mu.Lock()
@@ -230,8 +118,8 @@ func TestKillLosesNothingAcknowledged(t *testing.T) {
 		t.Fatal("no upsert was answered before the kill")
 	}
 
-	s.start()
-	s.ready(false)
+	s.Start()
+	s.WaitReady(60 * time.Second)
 	c = s.client(qdrant.Config{})
 	ids := make([]*qdrant.PointId, len(want))
 	for i, id := range want {
@@ -258,8 +146,8 @@ func TestAPIKeyAndTLS(t *testing.T) {
 		"QDRANT__TLS__CERT="+pair.CertFile,
 		"QDRANT__TLS__KEY="+pair.KeyFile,
 	)
-	s.start()
-	s.ready(true)
+	s.Start()
+	s.WaitReadyTLS(60 * time.Second)
 	tlsConf := &tls.Config{RootCAs: ca.Pool(), MinVersion: tls.VersionTLS12}
 	cases := []struct {
 		name string
@@ -306,7 +194,7 @@ func TestRefusesAQdrantServersStorage(t *testing.T) {
 		"collections/users/0/segments/3f1e/payload_storage": "",
 	}
 	for name, body := range files {
-		path := filepath.Join(s.storage, name)
+		path := filepath.Join(s.Storage(), name)
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -314,25 +202,25 @@ func TestRefusesAQdrantServersStorage(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	s.start()
+	s.Start()
 	select {
-	case <-s.exited:
+	case <-s.Exited():
 	case <-time.After(30 * time.Second):
 		t.Fatal("qdrant-engine started on a Qdrant server's storage")
 	}
-	if code := s.cmd.ProcessState.ExitCode(); code == 0 {
+	if code := s.ExitCode(); code == 0 {
 		t.Errorf("exit code 0 on a Qdrant server's storage")
 	}
-	if log := s.logText(); !strings.Contains(log, "holds a Qdrant server's storage") {
+	if log := s.Log(); !strings.Contains(log, "holds a Qdrant server's storage") {
 		t.Errorf("the log does not say why it stopped:\n%s", log)
 	}
 	for name, body := range files {
-		got, err := os.ReadFile(filepath.Join(s.storage, name))
+		got, err := os.ReadFile(filepath.Join(s.Storage(), name))
 		if err != nil || string(got) != body {
 			t.Errorf("%s: got %q (%v), want it kept as %q", name, got, err, body)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(s.storage, ".qdrant-engine")); !errors.Is(err, os.ErrNotExist) {
+	if _, err := os.Stat(filepath.Join(s.Storage(), ".qdrant-engine")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("a marker was added to the server's storage: %v", err)
 	}
 }
@@ -344,14 +232,14 @@ func TestRefusesAQdrantServersStorage(t *testing.T) {
 func TestLeftoversAtStart(t *testing.T) {
 	engineOnly(t)
 	s := newServer(t)
-	s.start()
-	s.ready(false)
+	s.Start()
+	s.WaitReady(60 * time.Second)
 	c := s.client(qdrant.Config{})
 	createCollection(t, c, "good", 1)
 	createCollection(t, c, "broken", 1)
-	s.signal(syscall.SIGTERM)
+	s.Stop()
 
-	cols := filepath.Join(s.storage, "collections")
+	cols := filepath.Join(s.Storage(), "collections")
 	marker, err := os.ReadFile(filepath.Join(cols, "good", ".qdrant-engine"))
 	if err != nil {
 		t.Fatalf("a collection has no marker: %v", err)
@@ -373,8 +261,8 @@ func TestLeftoversAtStart(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	s.start()
-	s.ready(false)
+	s.Start()
+	s.WaitReady(60 * time.Second)
 	for _, gone := range []string{".creating-1", ".deleted-2"} {
 		if _, err := os.Stat(filepath.Join(cols, gone)); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s is still there: %v", gone, err)
@@ -393,7 +281,7 @@ func TestLeftoversAtStart(t *testing.T) {
 	if strings.Join(names, ",") != "good" {
 		t.Errorf("collections served: %v, want [good]", names)
 	}
-	if log := s.logText(); !strings.Contains(log, "collection broken cannot be loaded") {
+	if log := s.Log(); !strings.Contains(log, "collection broken cannot be loaded") {
 		t.Errorf("the log does not name the collection it cannot load:\n%s", log)
 	}
 }

@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"crypto/tls"
 	"fmt"
 	"net"
 	"net/http"
@@ -21,8 +22,10 @@ type Qdrant struct {
 	bin, dir string
 	// HTTPPort and GRPCPort stay the same across restarts.
 	HTTPPort, GRPCPort int
-	cmd                *exec.Cmd
-	exited             chan struct{}
+	// env are QDRANT__ settings of the test's, after the ports and paths.
+	env    []string
+	cmd    *exec.Cmd
+	exited chan struct{}
 }
 
 // StartQdrant starts a private Qdrant server from PROJECTOR_TEST_QDRANT_BIN
@@ -30,16 +33,41 @@ type Qdrant struct {
 // clean-up stops it.
 func StartQdrant(t testing.TB) *Qdrant {
 	t.Helper()
-	bin := lookup(t, "Qdrant", "PROJECTOR_TEST_QDRANT_BIN")
-	if _, err := os.Stat(bin); err != nil {
-		Missing(t, "Qdrant", "no server at PROJECTOR_TEST_QDRANT_BIN: "+err.Error())
-	}
-	q := &Qdrant{t: t, bin: bin, dir: t.TempDir(), HTTPPort: freePort(t), GRPCPort: freePort(t)}
-	t.Cleanup(q.Stop)
+	q := NewQdrant(t)
 	q.Start()
 	q.WaitReady(60 * time.Second)
 	return q
 }
+
+// NewQdrant prepares a private Qdrant server, with the QDRANT__ variables
+// of env on top of its ports and paths, without starting it. The test's
+// clean-up stops it.
+func NewQdrant(t testing.TB, env ...string) *Qdrant {
+	t.Helper()
+	bin := lookup(t, "Qdrant", "PROJECTOR_TEST_QDRANT_BIN")
+	if _, err := os.Stat(bin); err != nil {
+		Missing(t, "Qdrant", "no server at PROJECTOR_TEST_QDRANT_BIN: "+err.Error())
+	}
+	q := &Qdrant{t: t, bin: bin, dir: t.TempDir(), HTTPPort: freePort(t), GRPCPort: freePort(t), env: env}
+	t.Cleanup(q.Stop)
+	return q
+}
+
+// Storage is the server's storage directory.
+func (q *Qdrant) Storage() string { return filepath.Join(q.dir, "storage") }
+
+// Log is what the server wrote to its stdout and stderr.
+func (q *Qdrant) Log() string {
+	b, _ := os.ReadFile(filepath.Join(q.dir, "qdrant.log"))
+	return string(b)
+}
+
+// Exited is closed when the process started last has ended.
+func (q *Qdrant) Exited() <-chan struct{} { return q.exited }
+
+// ExitCode is the exit status of the process started last, once Exited is
+// closed.
+func (q *Qdrant) ExitCode() int { return q.cmd.ProcessState.ExitCode() }
 
 // freePort returns a port that was free a moment ago.
 func freePort(t testing.TB) int {
@@ -72,10 +100,11 @@ func (q *Qdrant) Start() {
 		"QDRANT__SERVICE__HOST=127.0.0.1",
 		"QDRANT__SERVICE__HTTP_PORT="+strconv.Itoa(q.HTTPPort),
 		"QDRANT__SERVICE__GRPC_PORT="+strconv.Itoa(q.GRPCPort),
-		"QDRANT__STORAGE__STORAGE_PATH="+filepath.Join(q.dir, "storage"),
+		"QDRANT__STORAGE__STORAGE_PATH="+q.Storage(),
 		"QDRANT__STORAGE__SNAPSHOTS_PATH="+filepath.Join(q.dir, "snapshots"),
 		"QDRANT__TELEMETRY_DISABLED=true",
 	)
+	cmd.Env = append(cmd.Env, q.env...)
 	if err := cmd.Start(); err != nil {
 		q.t.Fatalf("start Qdrant %s: %v", q.bin, err)
 	}
@@ -90,8 +119,23 @@ func (q *Qdrant) Start() {
 // loaded the collections on disk.
 func (q *Qdrant) WaitReady(timeout time.Duration) {
 	q.t.Helper()
-	url := fmt.Sprintf("http://127.0.0.1:%d/readyz", q.HTTPPort)
-	client := &http.Client{Timeout: 2 * time.Second}
+	q.waitReady(timeout, false)
+}
+
+// WaitReadyTLS is WaitReady for a server whose REST port serves TLS.
+func (q *Qdrant) WaitReadyTLS(timeout time.Duration) {
+	q.t.Helper()
+	q.waitReady(timeout, true)
+}
+
+func (q *Qdrant) waitReady(timeout time.Duration, useTLS bool) {
+	q.t.Helper()
+	scheme, client := "http", &http.Client{Timeout: 2 * time.Second}
+	if useTLS {
+		scheme = "https"
+		client.Transport = &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}} //nolint:gosec // a probe of a test's own server
+	}
+	url := fmt.Sprintf("%s://127.0.0.1:%d/readyz", scheme, q.HTTPPort)
 	deadline := time.Now().Add(timeout)
 	for {
 		resp, err := client.Get(url)
@@ -103,7 +147,7 @@ func (q *Qdrant) WaitReady(timeout time.Duration) {
 		}
 		select {
 		case <-q.exited:
-			q.t.Fatalf("Qdrant exited before it was ready; see %s", filepath.Join(q.dir, "qdrant.log"))
+			q.t.Fatalf("Qdrant exited before it was ready:\n%s", q.Log())
 		default:
 		}
 		if time.Now().After(deadline) {

@@ -9,15 +9,6 @@
 //! Settings come from FILE and QDRANT__SECTION__KEY variables, as the
 //! server's do (see config.rs).
 
-mod collection;
-mod config;
-mod convert;
-mod error;
-mod grpc;
-mod http;
-mod storage;
-mod validate;
-
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -33,9 +24,10 @@ use tonic::codec::CompressionEncoding;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Identity, Server, ServerTlsConfig};
 
-use crate::config::Config;
-use crate::grpc::{API_VERSION, ApiKey, CollectionsService, ENGINE, PointsService, QdrantService};
-use crate::storage::Storage;
+use qdrant_engine::config::{self, Config};
+use qdrant_engine::grpc::{API_VERSION, ApiKey, CollectionsService, ENGINE, PointsService, QdrantService};
+use qdrant_engine::storage::Storage;
+use qdrant_engine::{http, stopped};
 
 const USAGE: &str = "usage: qdrant-engine [--config-path FILE] | --version";
 
@@ -221,13 +213,6 @@ fn start_optimizer(storage: Arc<Storage>, stop: watch::Receiver<bool>) -> Result
         })
         .map(|_| ())
         .map_err(|e| format!("start the optimizer: {e}"))
-}
-
-/// Returns once the stop flag is set (or its sender is gone).
-pub async fn stopped(stop: &mut watch::Receiver<bool>) {
-    // The guard wait_for returns is dropped here, not held by the caller's
-    // future across its next await.
-    let _ = stop.wait_for(|s| *s).await;
 }
 
 /// Waits for SIGTERM or SIGINT and names it.

@@ -10,6 +10,8 @@
 use qdrant_client::qdrant as grpc;
 use tonic::Status;
 
+use crate::convert::sets_only_match_or_range;
+
 /// The problems found in one request, by field, in the order checked.
 #[derive(Default)]
 pub struct Check {
@@ -87,15 +89,7 @@ impl Check {
             let at = format!("{field}[{i}].condition_one_of");
             match &c.condition_one_of {
                 Some(ConditionOneOf::Field(f)) => {
-                    let none = f.r#match.is_none()
-                        && f.range.is_none()
-                        && f.datetime_range.is_none()
-                        && f.geo_bounding_box.is_none()
-                        && f.geo_radius.is_none()
-                        && f.geo_polygon.is_none()
-                        && f.values_count.is_none()
-                        && f.is_empty.is_none()
-                        && f.is_null.is_none();
+                    let none = f.r#match.is_none() && f.range.is_none() && sets_only_match_or_range(f);
                     if none {
                         self.add(
                             format!("{at}.match"),
