@@ -12,6 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/projector/projector/internal/generation"
+	"github.com/projector/projector/internal/reconcile"
 )
 
 // generationFlags are the flags of `projector generation <action>`; one
@@ -21,6 +22,7 @@ type generationFlags struct {
 	stores   storeFlags
 	embed    embedderFlags
 	execute  bool
+	force    bool
 	pageSize int
 	leaseTTL time.Duration
 	push     pushFlags
@@ -30,7 +32,8 @@ func (f *generationFlags) register(fs *flag.FlagSet) {
 	f.log.register(fs)
 	f.stores.register(fs)
 	f.embed.register(fs)
-	fs.BoolVar(&f.execute, "execute", false, "start: create, register and fill the generation; abort: drop it; without it they print the plan and change nothing, as replay does")
+	fs.BoolVar(&f.execute, "execute", false, "start: create, register and fill the generation; switch: move the alias to it; abort: drop it; without it they print the plan and change nothing, as replay does")
+	fs.BoolVar(&f.force, "force", false, "switch: move the alias even when the generation's fill is not done or a reconcile of it is not clean (readers may then miss documents)")
 	fs.IntVar(&f.pageSize, "fill-page-size", 256, "documents the fill reads, embeds and writes at once; a page must be written within five sixths of --fill-lease-ttl")
 	fs.DurationVar(&f.leaseTTL, "fill-lease-ttl", 60*time.Second, "how long the fill lease outlives its last renewal (renewed with every page): a fill killed at any line is resumed by the next start once it expired")
 	f.push.register(fs, "projector_generation_fill")
@@ -40,19 +43,20 @@ func (f *generationFlags) register(fs *flag.FlagSet) {
 var generationActions = map[string]func(ctx context.Context, f *generationFlags, log *zap.Logger, st *stores, e env) error{
 	"start":  generationStart,
 	"status": generationStatus,
+	"switch": generationSwitch,
 	"abort":  generationAbort,
 }
 
 func generationCommand(ctx context.Context, args []string, e env) error {
 	var f generationFlags
-	fs := newFlagSet("generation", "generation start|status|abort [flags]", e)
+	fs := newFlagSet("generation", "generation start|status|switch|abort [flags]", e)
 	f.register(fs)
 	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
 		return parse(fs, args, e)
 	}
 	if len(args) == 0 || generationActions[args[0]] == nil {
 		fs.Usage()
-		return usageError(errors.New("want an action: start, status or abort"))
+		return usageError(errors.New("want an action: start, status, switch or abort"))
 	}
 	action := generationActions[args[0]]
 	if err := parse(fs, args[1:], e); err != nil {
@@ -169,6 +173,98 @@ func generationStatus(ctx context.Context, _ *generationFlags, _ *zap.Logger, st
 	}
 	return tw.Flush()
 }
+
+// switchChecks is how many times switch compares the generation with the
+// relational copy before it takes a difference for real: a document that
+// run is writing while it is compared can differ for a moment.
+const switchChecks = 3
+
+// generationSwitch moves the alias readers search to the generation
+// being built, once its fill is done and a reconcile of it is clean
+// (unless --force): with --execute, the registry first (the generation
+// live, the old live one retiring, which run still writes), then one alias
+// operation. Run again after it was killed anywhere, it finishes the
+// switch the registry recorded.
+func generationSwitch(ctx context.Context, f *generationFlags, log *zap.Logger, st *stores, e env) error {
+	sw, err := st.generations.Switching(f.force)
+	if err != nil {
+		return err
+	}
+	kind, target, err := st.qdrant.Resolve(ctx, st.alias)
+	if err != nil {
+		return err
+	}
+	if sw.Registered && kind == generation.NameAlias && target == sw.To.Collection {
+		fmt.Fprintf(e.stdout, "the alias %s points at %s already: nothing to switch.\n", st.alias, sw.To)
+		return nil
+	}
+	if sw.Registered {
+		fmt.Fprintf(e.stdout, "the registry switched to %s already; the alias %s is moved to %s.\n", sw.To, st.alias, sw.To.Collection)
+	} else {
+		fmt.Fprintf(e.stdout, "switch the alias %s from %s to %s: the registry first, then one alias operation; readers find one or the other throughout.\n", st.alias, sw.From, sw.To)
+		if sw.FromState() == generation.Retired {
+			fmt.Fprintf(e.stdout, "%s is a collection named as the alias, which cannot exist beside it: it is deleted, then the alias created (readers find nothing between the two calls), and it is retired at once: members writing it as their live one halt their partitions, saying to restart them; restart them then (docs/upgrading.md).\n", sw.From)
+		} else {
+			fmt.Fprintf(e.stdout, "%s becomes retiring: run still writes it, so a switch back stays possible, until projector generation retire. Members keep writing it as their live one until restarted: roll them before the retire.\n", sw.From)
+		}
+	}
+	if !f.execute {
+		fmt.Fprintln(e.stdout, "Nothing changed: run again with --execute.")
+		return nil
+	}
+	if !sw.Registered {
+		if f.force {
+			fmt.Fprintf(e.stdout, "--force: not comparing %s with the relational copy.\n", sw.To)
+		} else if err := checkGeneration(ctx, log, st, sw.To, e); err != nil {
+			return err
+		}
+		if err := st.relational.SwitchGeneration(ctx, sw, !f.force); err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "registered generation %d live, generation %d %s.\n", sw.To.Number, sw.From.Number, sw.FromState())
+	}
+	if err := st.qdrant.PointAlias(ctx, st.alias, sw.To.Collection); err != nil {
+		return fmt.Errorf("the registry switched to generation %d, the alias not yet (run switch again): %w", sw.To.Number, err)
+	}
+	fmt.Fprintf(e.stdout, "the alias %s points at %s: readers search generation %d.\n", st.alias, sw.To.Collection, sw.To.Number)
+	return nil
+}
+
+// checkGeneration compares generation g's collection with the relational
+// copy, as reconcile --generation does, up to switchChecks times, and
+// returns an error unless one comparison is clean.
+func checkGeneration(ctx context.Context, log *zap.Logger, st *stores, g generation.Generation, e env) error {
+	idx := st.qdrant.ForCollection(g.Collection, g.Embedder.Dim)
+	var found int64
+	for i := range switchChecks {
+		if i > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(2 * time.Second):
+			}
+		}
+		rec := reconcile.New(reconcile.Config{}, log.With(zap.String("component", "reconcile")),
+			reconcile.Deps{Decisions: st.relational, Source: st.relational, Stores: []reconcile.Store{idx}})
+		sum, err := rec.Run(ctx, &discrepancyCount{})
+		if err != nil {
+			return fmt.Errorf("compare %s with the relational copy: %w", g, err)
+		}
+		if found = sum.Total(); found == 0 {
+			fmt.Fprintf(e.stdout, "compared %s with the relational copy: %d documents, no discrepancy.\n", g, sum.Documents)
+			return nil
+		}
+		fmt.Fprintf(e.stderr, "compared %s with the relational copy: %d discrepancies (documents being written differ for a moment)\n", g, found)
+	}
+	return &generation.ConflictError{Why: fmt.Sprintf("%s differs from the relational copy (%d discrepancies, %d comparisons): projector reconcile --generation %d lists them; abort and start it again, or switch with --force",
+		g, found, switchChecks, g.Number)}
+}
+
+// discrepancyCount takes a reconcile's report and keeps nothing: the
+// summary counts.
+type discrepancyCount struct{}
+
+func (discrepancyCount) Report(*reconcile.Discrepancy) error { return nil }
 
 // generationAbort drops the generation being built: with --execute, run
 // stops writing it (the registry marks it aborted), and once no fill can

@@ -274,3 +274,57 @@ func Bootstrap(ctx context.Context, reg Registry, names Names, alias string, emb
 	}
 	return reg.RegisterFirst(ctx, first)
 }
+
+// Switch is what a switch of the alias does: the registry makes To live
+// and From retiring (retired when From is a legacy generation, whose
+// collection the alias replaces), then the alias is pointed at To.
+type Switch struct {
+	To, From Generation
+	// Registered says that the registry has To live already: a switch run
+	// again after the registry's step, which has only the alias to move.
+	Registered bool
+}
+
+// FromState is the state the registry gives the generation the alias
+// leaves: retiring, so that run still writes it and a switch back stays
+// possible, unless it is a legacy generation, which the alias replaces:
+// its collection is deleted, so run must stop writing it.
+func (sw Switch) FromState() State {
+	if sw.From.Legacy(sw.From.Alias) {
+		return Retired
+	}
+	return Retiring
+}
+
+// Switching returns the switch of alias to the generation being built,
+// or, when the registry has switched already (no generation is being
+// built and the live one replaced another), the switch to finish: its
+// alias may not have moved yet. A generation whose fill is not done is
+// refused unless force: readers would search a partial index.
+func (s Set) Switching(force bool) (Switch, error) {
+	live, ok := s.Live()
+	if !ok {
+		return Switch{}, errors.New("the generation registry has no live generation: run projector migrate")
+	}
+	for _, g := range s {
+		if g.State != Building {
+			continue
+		}
+		if !g.Fill.Done && !force {
+			return Switch{}, &ConflictError{Why: fmt.Sprintf("the fill of %s is not done (%d documents so far): run projector generation start --execute until it says filled, or switch with --force to a partial index", g, g.Fill.Documents)}
+		}
+		return Switch{To: g, From: live}, nil
+	}
+	// The generation the live one replaced: the newest retiring or
+	// retired one before it.
+	var from *Generation
+	for i, g := range s {
+		if g.Number < live.Number && (g.State == Retiring || g.State == Retired) {
+			from = &s[i]
+		}
+	}
+	if from == nil {
+		return Switch{}, &ConflictError{Why: fmt.Sprintf("no generation is being built, and the live %s replaced none: nothing to switch to (projector generation start builds one)", live)}
+	}
+	return Switch{To: live, From: *from, Registered: true}, nil
+}

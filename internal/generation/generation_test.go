@@ -251,3 +251,44 @@ func TestReconciled(t *testing.T) {
 		})
 	}
 }
+
+func TestSwitching(t *testing.T) {
+	g1 := Generation{Alias: "chunks", Number: 1, Collection: "chunks_g1", Embedder: hashing, State: Live}
+	legacy := Generation{Alias: "chunks", Number: 1, Collection: "chunks", Embedder: hashing, State: Live}
+	filled := Generation{Alias: "chunks", Number: 2, Collection: "chunks_g2", Embedder: http768, State: Building, Fill: Progress{Done: true}}
+	partial := filled
+	partial.Fill = Progress{Documents: 5}
+	retiring, live2 := g1, filled
+	retiring.State, live2.State = Retiring, Live
+	tests := []struct {
+		name       string
+		set        Set
+		force      bool
+		to, from   int
+		registered bool
+		fromState  State
+		wantErr    string
+	}{
+		{"a filled generation", Set{g1, filled}, false, 2, 1, false, Retiring, ""},
+		{"a fill not done", Set{g1, partial}, false, 0, 0, false, "", "is not done"},
+		{"a fill not done, forced", Set{g1, partial}, true, 2, 1, false, Retiring, ""},
+		{"from a legacy generation, which is retired", Set{legacy, filled}, false, 2, 1, false, Retired, ""},
+		{"a switch the registry recorded: the alias is left", Set{retiring, live2}, false, 2, 1, true, Retiring, ""},
+		{"nothing built", Set{g1}, false, 0, 0, false, "", "nothing to switch to"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sw, err := tt.set.Switching(tt.force)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("Switching = %+v, %v; want an error saying %q", sw, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil || sw.To.Number != tt.to || sw.From.Number != tt.from || sw.Registered != tt.registered || sw.FromState() != tt.fromState {
+				t.Fatalf("Switching = %d from %d (registered %v, from becomes %s), %v; want %d from %d (%v, %s)",
+					sw.To.Number, sw.From.Number, sw.Registered, sw.FromState(), err, tt.to, tt.from, tt.registered, tt.fromState)
+			}
+		})
+	}
+}

@@ -113,3 +113,30 @@ func (s *Store) Drop(ctx context.Context) error {
 	}
 	return nil
 }
+
+// PointAlias points alias at collection with one alias operation: a
+// CreateAlias, which the server applies to an existing alias as a move,
+// so a reader searching the alias finds the old collection or the new one
+// and never no alias (a delete and a create would be two operations, each
+// applied alone, with no alias between them). A legacy collection named
+// alias is deleted first, as the alias cannot exist beside it: readers
+// find nothing between the two calls (docs/upgrading.md). Pointing an
+// alias where it points already changes nothing.
+func (s *Store) PointAlias(ctx context.Context, alias, collection string) error {
+	kind, target, err := s.Resolve(ctx, alias)
+	if err != nil {
+		return err
+	}
+	switch {
+	case kind == generation.NameAlias && target == collection:
+		return nil
+	case kind == generation.NameCollection:
+		if err := s.ForCollection(alias, s.cfg.Dim).Drop(ctx); err != nil {
+			return err
+		}
+	}
+	if err := s.client.CreateAlias(ctx, alias, collection); err != nil {
+		return classify(ctx, fmt.Errorf("point alias %s at collection %s: %w", alias, collection, err))
+	}
+	return nil
+}

@@ -60,6 +60,61 @@ func TestAliasOfAGeneration(t *testing.T) {
 	}
 }
 
+// TestPointAlias: the switch moves an alias with one operation, so a
+// reader searching it meanwhile always finds a collection; a legacy
+// collection named as the alias gives way to it.
+func TestPointAlias(t *testing.T) {
+	a, b := openTest(t, storetest.Dim), openTest(t, storetest.Dim)
+	ctx := context.Background()
+	alias := a.cfg.Collection + "_alias"
+	t.Cleanup(func() { _ = a.client.DeleteAlias(ctx, alias) })
+	if err := a.EnsureAlias(ctx, alias, a.cfg.Collection); err != nil {
+		t.Fatal(err)
+	}
+	reader := a.ForCollection(alias, storetest.Dim)
+	stop := make(chan struct{})
+	misses := make(chan error, 1)
+	go func() {
+		defer close(misses)
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			if _, err := reader.CountPoints(ctx); err != nil {
+				misses <- err
+				return
+			}
+		}
+	}()
+	for i := range 20 { // each move is one operation; the last ends on b
+		to := []string{b.cfg.Collection, a.cfg.Collection}[i%2]
+		for range 2 { // the second changes nothing
+			if err := a.PointAlias(ctx, alias, to); err != nil {
+				t.Fatalf("PointAlias to %s: %v", to, err)
+			}
+		}
+	}
+	close(stop)
+	if err := <-misses; err != nil {
+		t.Fatalf("a reader of the alias failed while it moved: %v", err)
+	}
+	if kind, target, err := a.Resolve(ctx, alias); err != nil || kind != generation.NameAlias || target != a.cfg.Collection {
+		t.Fatalf("Resolve after the moves = %v %q %v, want the alias of %s", kind, target, err, a.cfg.Collection)
+	}
+
+	// A legacy generation: a collection named as the alias.
+	legacy := openTest(t, storetest.Dim)
+	if err := a.PointAlias(ctx, legacy.cfg.Collection, b.cfg.Collection); err != nil {
+		t.Fatalf("PointAlias over a legacy collection: %v", err)
+	}
+	t.Cleanup(func() { _ = a.client.DeleteAlias(ctx, legacy.cfg.Collection) })
+	if kind, target, err := a.Resolve(ctx, legacy.cfg.Collection); err != nil || kind != generation.NameAlias || target != b.cfg.Collection {
+		t.Fatalf("Resolve after replacing a legacy collection = %v %q %v, want the alias of %s", kind, target, err, b.cfg.Collection)
+	}
+}
+
 // TestPrune: a prune by a document's current state removes the points of
 // its earlier events and writes nothing, so it takes nothing a later
 // writer put there.

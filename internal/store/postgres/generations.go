@@ -273,26 +273,39 @@ func (s *Store) CountLive(ctx context.Context) (int64, error) {
 // nothing; any other state is refused (*generation.ConflictError).
 func (s *Store) AbortGeneration(ctx context.Context, g generation.Generation) error {
 	n := g.Number
+	return s.changeSet(ctx, fmt.Sprintf("abort index generation %d", n), func(tx pgx.Tx) (bool, error) {
+		var state string
+		err := tx.QueryRow(ctx, `SELECT state FROM index_generations WHERE alias = $2 AND generation = $1 FOR UPDATE`, n, g.Alias).Scan(&state)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return false, &generation.ConflictError{Why: fmt.Sprintf("there is no generation %d", n)}
+		}
+		if err != nil {
+			return false, err
+		}
+		switch generation.State(state) {
+		case generation.Aborted:
+			return false, nil
+		case generation.Building:
+		default:
+			return false, &generation.ConflictError{Why: fmt.Sprintf("generation %d is %s: only a generation being built can be aborted", n, state)}
+		}
+		_, err = tx.Exec(ctx, `UPDATE index_generations SET state = 'aborted' WHERE alias = $2 AND generation = $1`, n, g.Alias)
+		return err == nil, err
+	})
+}
+
+// changeSet runs change in a transaction that holds the set's row, and
+// raises the epoch when change reports a change: the transaction waits for
+// the relational writes in flight (they hold the row FOR SHARE), and every
+// write after it finds the new epoch. A *generation.ConflictError of
+// change is returned as it is; what fails is named by what.
+func (s *Store) changeSet(ctx context.Context, what string, change func(tx pgx.Tx) (bool, error)) error {
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT epoch FROM generation_set FOR UPDATE`); err != nil {
 			return err
 		}
-		var state string
-		err := tx.QueryRow(ctx, `SELECT state FROM index_generations WHERE alias = $2 AND generation = $1 FOR UPDATE`, n, g.Alias).Scan(&state)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return &generation.ConflictError{Why: fmt.Sprintf("there is no generation %d", n)}
-		}
-		if err != nil {
-			return err
-		}
-		switch generation.State(state) {
-		case generation.Aborted:
-			return nil
-		case generation.Building:
-		default:
-			return &generation.ConflictError{Why: fmt.Sprintf("generation %d is %s: only a generation being built can be aborted", n, state)}
-		}
-		if _, err := tx.Exec(ctx, `UPDATE index_generations SET state = 'aborted' WHERE alias = $2 AND generation = $1`, n, g.Alias); err != nil {
+		changed, err := change(tx)
+		if err != nil || !changed {
 			return err
 		}
 		_, err = tx.Exec(ctx, `UPDATE generation_set SET epoch = epoch + 1`)
@@ -302,7 +315,7 @@ func (s *Store) AbortGeneration(ctx context.Context, g generation.Generation) er
 		return err
 	}
 	if err != nil {
-		return classify(fmt.Errorf("abort index generation %d: %w", n, err))
+		return classify(fmt.Errorf("%s: %w", what, err))
 	}
 	return nil
 }
@@ -317,4 +330,53 @@ func (s *Store) FillHeldFor(ctx context.Context, g generation.Generation) (time.
 		return 0, classify(fmt.Errorf("read the fill lease of generation %d: %w", n, err))
 	}
 	return time.Duration(left * float64(time.Second)), nil
+}
+
+// SwitchGeneration records sw in the registry: sw.To live (switched_at),
+// the live generation sw.FromState(), and raises the set's epoch, in one
+// transaction that waits for the relational writes in flight. Readers
+// still search the alias, which the caller moves next: the registry goes
+// first, so that a switch killed between the two is finished by the next
+// (Set.Switching finds it registered). A switch recorded already changes
+// nothing; a sw.To that is not building any more, or a sw.From that is not
+// live, is refused (*generation.ConflictError): another switch or an abort
+// ran meanwhile. With requireFilled, a fill not done is refused too.
+func (s *Store) SwitchGeneration(ctx context.Context, sw generation.Switch, requireFilled bool) error {
+	alias, to, from := sw.To.Alias, sw.To.Number, sw.From.Number
+	return s.changeSet(ctx, fmt.Sprintf("switch to index generation %d", to), func(tx pgx.Tx) (bool, error) {
+		set, err := generations(ctx, tx, alias)
+		if err != nil {
+			return false, err
+		}
+		var target, live *generation.Generation
+		for i, g := range set {
+			if g.Number == to {
+				target = &set[i]
+			}
+			if g.State == generation.Live {
+				live = &set[i]
+			}
+		}
+		switch {
+		case target == nil:
+			return false, &generation.ConflictError{Why: fmt.Sprintf("there is no generation %d", to)}
+		case target.State == generation.Live:
+			return false, nil
+		case target.State != generation.Building:
+			return false, &generation.ConflictError{Why: fmt.Sprintf("generation %d is %s: only the generation being built can be switched to", to, target.State)}
+		case live == nil || live.Number != from:
+			return false, &generation.ConflictError{Why: fmt.Sprintf("generation %d is no longer the live one (another switch ran meanwhile)", from)}
+		case requireFilled && !target.Fill.Done:
+			return false, &generation.ConflictError{Why: fmt.Sprintf("the fill of generation %d is not done", to)}
+		}
+		// The old live one first: one live generation per alias.
+		if _, err := tx.Exec(ctx, `UPDATE index_generations SET state = $3,
+	retire_after = CASE WHEN $3 = 'retired' THEN now() END
+WHERE alias = $1 AND generation = $2`, alias, from, string(sw.FromState())); err != nil {
+			return false, err
+		}
+		_, err = tx.Exec(ctx, `UPDATE index_generations SET state = 'live', switched_at = now()
+WHERE alias = $1 AND generation = $2`, alias, to)
+		return err == nil, err
+	})
 }

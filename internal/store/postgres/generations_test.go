@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -145,22 +146,33 @@ func TestRegisterGenerationAndFillLease(t *testing.T) {
 	}
 }
 
-func TestAbortGeneration(t *testing.T) {
+// hashingOf is the hashing embedder of dimension dim.
+func hashingOf(dim int) generation.Embedder {
+	return generation.Embedder{Kind: generation.EmbedderHashing, Dim: dim, Distance: generation.DistanceCosine}
+}
+
+// openBuilding opens a store whose registry of alias c has generation 1
+// live in collection first, and generation 2 being built.
+func openBuilding(t *testing.T, first string) (*Store, generation.Generation, generation.Generation) {
+	t.Helper()
 	s := openTest(t)
 	ctx := context.Background()
-	emb := func(dim int) generation.Embedder {
-		return generation.Embedder{Kind: generation.EmbedderHashing, Dim: dim, Distance: generation.DistanceCosine}
-	}
-	g1 := generation.Generation{Alias: "c", Number: 1, Collection: "c_g1", State: generation.Live, Embedder: emb(4)}
-	g2 := generation.Generation{Alias: "c", Number: 2, Collection: "c_g2", State: generation.Building, Embedder: emb(8)}
+	g1 := generation.Generation{Alias: "c", Number: 1, Collection: first, State: generation.Live, Embedder: hashingOf(4)}
+	g2 := generation.Generation{Alias: "c", Number: 2, Collection: "c_g2", State: generation.Building, Embedder: hashingOf(8)}
 	if _, err := s.RegisterFirst(ctx, g1); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.RegisterGeneration(ctx, g2); err != nil {
 		t.Fatal(err)
 	}
+	return s, g1, g2
+}
+
+func TestAbortGeneration(t *testing.T) {
+	s, g1, g2 := openBuilding(t, "c_g1")
+	ctx := context.Background()
 	// Another alias's generation 1 beside them: its own registry.
-	other := generation.Generation{Alias: "d", Number: 1, Collection: "d_g1", State: generation.Live, Embedder: emb(16)}
+	other := generation.Generation{Alias: "d", Number: 1, Collection: "d_g1", State: generation.Live, Embedder: hashingOf(16)}
 	if set, err := s.RegisterFirst(ctx, other); err != nil || len(set) != 1 || set[0] != other {
 		t.Fatalf("RegisterFirst of another alias = %v, %v; want its own generation 1", set, err)
 	}
@@ -187,8 +199,61 @@ func TestAbortGeneration(t *testing.T) {
 		t.Error("the live generation aborted, want a refusal")
 	}
 	// The next start takes the next number: an aborted one is not reused.
-	next, rerun, err := set.Next("c", emb(8))
+	next, rerun, err := set.Next("c", hashingOf(8))
 	if err != nil || rerun || next.Number != 3 {
 		t.Fatalf("Next after an abort = %v %v %v, want generation 3", next, rerun, err)
+	}
+}
+
+func TestSwitchGeneration(t *testing.T) {
+	s, g1, g2 := openBuilding(t, "c_g1")
+	ctx := context.Background()
+	sw := generation.Switch{To: g2, From: g1}
+	if err := s.SwitchGeneration(ctx, sw, true); err == nil || !strings.Contains(err.Error(), "not done") {
+		t.Fatalf("a switch to a generation whose fill is not done = %v, want a refusal", err)
+	}
+	token, _, err := s.TakeFill(ctx, g2, time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.RenewFill(ctx, g2, token, time.Minute, generation.Progress{After: "z", Documents: 1, Done: true}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // the second is a rerun, which changes nothing
+		if err := s.SwitchGeneration(ctx, sw, true); err != nil {
+			t.Fatalf("SwitchGeneration: %v", err)
+		}
+	}
+	epoch, set, err := s.GenerationSet(ctx, "c")
+	if err != nil || epoch != 3 || set[0].State != generation.Retiring || set[1].State != generation.Live {
+		t.Fatalf("after the switch: epoch %d, %v, %v; want epoch 3, generation 1 retiring, 2 live", epoch, set, err)
+	}
+	// The registry's switch found again: only the alias is left.
+	again, err := set.Switching(false)
+	if err != nil || !again.Registered || again.To.Number != 2 || again.From.Number != 1 {
+		t.Fatalf("Switching after the switch = %+v, %v; want the registered switch from 1 to 2", again, err)
+	}
+	// A switch planned from a registry read before another one ran.
+	g3 := generation.Generation{Alias: "c", Number: 3, Collection: "c_g3", State: generation.Building, Embedder: hashingOf(16)}
+	if _, err := s.RegisterGeneration(ctx, g3); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SwitchGeneration(ctx, generation.Switch{To: g3, From: g1}, false); err == nil || !strings.Contains(err.Error(), "no longer the live one") {
+		t.Fatalf("a switch from a generation no longer live = %v, want a refusal", err)
+	}
+	if err := s.SwitchGeneration(ctx, generation.Switch{To: g1, From: g2}, false); err == nil {
+		t.Fatal("a switch to a retiring generation, want a refusal")
+	}
+}
+
+func TestSwitchFromALegacyGenerationRetiresIt(t *testing.T) {
+	s, g1, g2 := openBuilding(t, "c")
+	ctx := context.Background()
+	if err := s.SwitchGeneration(ctx, generation.Switch{To: g2, From: g1}, false); err != nil {
+		t.Fatal(err)
+	}
+	set, err := s.Generations(ctx, "c")
+	if err != nil || set[0].State != generation.Retired || set[1].State != generation.Live {
+		t.Fatalf("after a switch from a legacy generation: %v, %v; want generation 1 retired (its collection goes), 2 live", set, err)
 	}
 }
