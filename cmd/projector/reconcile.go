@@ -19,6 +19,7 @@ import (
 
 	"github.com/projector/projector/internal/event"
 	"github.com/projector/projector/internal/fault"
+	"github.com/projector/projector/internal/generation"
 	"github.com/projector/projector/internal/reconcile"
 	"github.com/projector/projector/internal/replay"
 	"github.com/projector/projector/internal/store/postgres"
@@ -125,11 +126,13 @@ func reconcileCommand(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	defer st.close(context.WithoutCancel(ctx))
+	var compared generation.Generation
 	if len(st.generations) > 0 {
 		g, err := st.generations.Reconciled(f.generation, f.repair || f.deleteOrphans)
 		if err != nil {
 			return usageError(err)
 		}
+		compared = g
 		st.index = st.qdrant.ForCollection(g.Collection, g.Embedder.Dim)
 	} else if f.generation != 0 {
 		return usageError(fmt.Errorf("--generation %d: the registry has no generation (projector migrate registers the first)", f.generation))
@@ -162,6 +165,16 @@ func reconcileCommand(ctx context.Context, args []string, e env) error {
 		}
 		defer lease.Release(ctx)
 		deps.Lease = lease
+		if compared.Number > 0 {
+			// The repair writes the live generation with its embedder,
+			// whatever the flags say, and embeds again the chunk rows
+			// whose vectors an earlier live generation's model made.
+			emb, err := f.embed.openGeneration(ctx, log.With(zap.String("component", "embed")), prometheus.NewRegistry(), st.relational, compared)
+			if err != nil {
+				return err
+			}
+			deps.Writes.Embedder, deps.Writes.Generation = emb, compared.Number
+		}
 	}
 	if f.repair {
 		// What the relational copy lost, the log may still hold.
@@ -169,12 +182,15 @@ func reconcileCommand(ctx context.Context, args []string, e env) error {
 		if err != nil {
 			return usageError(err)
 		}
-		emb, err := f.embed.open(ctx, log.With(zap.String("component", "embed")), prometheus.NewRegistry(), st.relational)
-		if err != nil {
-			return err
+		emb, dim := deps.Writes.Embedder, compared.Embedder.Dim
+		if emb == nil { // no registry yet: the flags' embedder
+			if emb, err = f.embed.open(ctx, log.With(zap.String("component", "embed")), prometheus.NewRegistry(), st.relational); err != nil {
+				return err
+			}
+			dim = f.stores.vectorDim
 		}
-		deps.Log = &logSource{kafka: kopts, rel: st.relational, emb: emb,
-			dec: event.NewDecoder(event.Limits{MaxRecordBytes: f.maxRecordBytes, MaxChunks: f.maxChunks, VectorDim: f.stores.vectorDim},
+		deps.Log = &logSource{kafka: kopts, rel: st.relational, emb: emb, generation: compared.Number,
+			dec: event.NewDecoder(event.Limits{MaxRecordBytes: f.maxRecordBytes, MaxChunks: f.maxChunks, VectorDim: dim},
 				event.Splitter{MaxBytes: f.chunkBytes})}
 	}
 	rec := reconcile.New(cfg, log.With(zap.String("component", "reconcile")), deps)

@@ -343,7 +343,7 @@ func serve(ctx context.Context, f *runFlags, log *zap.Logger, reg *prometheus.Re
 	proj := project.New(project.Config{
 		OnConflict: onConflict, OnFenceMismatch: onMismatch, FenceRetries: f.fenceRetries,
 		MaxBatchChunks: f.maxBatchChunks, MaxBatchBytes: f.maxBatchBytes, Writer: f.instanceID, RetryMax: f.retryMax,
-		IndexWriteTimeout: f.indexWrite, StoreCallTimeout: f.storeCall,
+		IndexWriteTimeout: f.indexWrite, StoreCallTimeout: f.storeCall, Generation: live.Number,
 	}, log.With(zap.String("component", "project")), reg, project.Deps{
 		Decoder:     dec,
 		Embedder:    embedder,

@@ -205,7 +205,7 @@ func Fill(ctx context.Context, cfg FillConfig, store FillStore, idx FillIndex, e
 		if err != nil {
 			return p, err
 		}
-		w, err := project.Reembed(ctx, emb, current)
+		w, err := project.Reembed(ctx, emb, g.Number, current)
 		if err != nil {
 			return p, fmt.Errorf("embed for generation %d: %w", g.Number, err)
 		}

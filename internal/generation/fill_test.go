@@ -170,7 +170,7 @@ func requireHolds(t *testing.T, x *fillIndex, s *fillStore) {
 
 // runWrite writes the index as run does the documents ks of s.
 func runWrite(x *fillIndex, s *fillStore, ks ...string) {
-	w, err := project.Reembed(context.Background(), embed.NewHashing(2), s.write(ks))
+	w, err := project.Reembed(context.Background(), embed.NewHashing(2), 2, s.write(ks))
 	if err != nil {
 		panic(err)
 	}

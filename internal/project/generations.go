@@ -57,24 +57,39 @@ func (p *Projector) generations() (int64, []Generation) {
 // besideWrite returns w as generation g holds it: the same documents and
 // withdrawals, every chunk's vector computed by g's embedder.
 func besideWrite(ctx context.Context, g Generation, w *Write) (*Write, error) {
-	out, err := Reembed(ctx, g.Embedder, w)
+	out, err := Reembed(ctx, g.Embedder, g.Number, w)
 	if err != nil {
 		return nil, fmt.Errorf("embed for index generation %d: %w", g.Number, err)
 	}
 	return out, nil
 }
 
-// Reembed returns a copy of w whose every chunk has the vector emb
-// computes from its text, whatever vector w holds: the write of an index
-// generation other than the one w's vectors are of (a generation beside
-// the live one, its fill from the relational copy).
-func Reembed(ctx context.Context, emb Embedder, w *Write) (*Write, error) {
+// Reembed returns w as index generation n holds it: a copy whose chunks
+// of another generation's vectors (Chunk.Generation) get the vector emb,
+// n's embedder, computes from their text. It is the write of a generation
+// other than the one w's vectors are of: a generation beside the live one,
+// its fill, and whatever writes a generation from the relational copy,
+// whose rows keep the vectors of the generation that wrote them (after a
+// switch, the old model's until their documents are written again).
+// Without such chunks it returns w itself.
+func Reembed(ctx context.Context, emb Embedder, n int, w *Write) (*Write, error) {
+	stale := false
+	for _, d := range w.Live {
+		for _, c := range d.Chunks {
+			stale = stale || c.Generation != n
+		}
+	}
+	if !stale {
+		return w, nil
+	}
 	out := *w
 	out.Live = make([]Document, len(w.Live))
 	for i, d := range w.Live {
 		d.Chunks = append([]Chunk(nil), d.Chunks...)
 		for j := range d.Chunks {
-			d.Chunks[j].Vector = nil
+			if c := &d.Chunks[j]; c.Generation != n {
+				c.Vector, c.Generation = nil, n
+			}
 		}
 		out.Live[i] = d
 	}

@@ -243,3 +243,75 @@ func TestGenerationDroppedUnderAWrite(t *testing.T) {
 		t.Fatalf("relational %v, live index %v of a: want both written without the dropped generation", f.rel.chunks["a"], f.index.chunks["a"])
 	}
 }
+
+// staleRelational is a memRelational whose chunk rows hold the vectors of
+// generation 1, another model than the projector's: rows written before
+// a switch.
+type staleRelational struct{ memRelational }
+
+func (s staleRelational) Reprojection(ctx context.Context, keys []string) (*Write, map[string][]int, error) {
+	w, incomplete, err := s.memRelational.Reprojection(ctx, keys)
+	for i := range w.Live {
+		for j := range w.Live[i].Chunks {
+			w.Live[i].Chunks[j].Vector, w.Live[i].Chunks[j].Generation = []float32{9, 9}, 1
+		}
+	}
+	return w, incomplete, err
+}
+
+// TestSettleEmbedsRowsOfAnotherGeneration: a member whose live generation
+// is 2 settles documents whose relational rows hold generation 1's
+// vectors (written before the switch): it writes its own model's, never
+// the rows' (another model, here another dimension).
+func TestSettleEmbedsRowsOfAnotherGeneration(t *testing.T) {
+	f := newFixture(t, Config{Generation: 2})
+	clock := fakeclock.New()
+	f.p.d.Clock = clock
+	live := &vectorIndex{memIndex: memIndex{f.index}, vectors: map[uuid.UUID][]float32{}}
+	f.p.d.Index = live
+	f.p.d.Settlement = staleRelational{memRelational{f.rel}}
+	owner := Fence{Topic: "documents", Token: 2, LateUntil: clock.Now().Add(time.Minute)}
+	if err := f.p.Handle(context.Background(), owner, TopicID{}, []*kgo.Record{rec(0, "a", upsert("a", 2))}); err != nil {
+		t.Fatal(err)
+	}
+	// A late removal of an earlier owner: the settle must restore a.
+	f.index.mu.Lock()
+	delete(f.index.chunks, "a")
+	f.index.mu.Unlock()
+	clock.Advance(time.Minute)
+	if err := f.p.Settle(context.Background(), owner); err != nil {
+		t.Fatalf("Settle: %v", err)
+	}
+	ids := keys.ChunkIDs("a", 2, 2)
+	if got := f.index.chunks["a"]; !slices.Equal(got, ids) {
+		t.Fatalf("live index holds %v of a after the settle, want %v", got, ids)
+	}
+	for _, id := range ids {
+		if v := live.vectors[id]; !slices.Equal(v, []float32{1, 0, 0, 0}) {
+			t.Errorf("chunk %s settled with the vector %v, want generation 2's embedder's [1 0 0 0], not the row's of generation 1", id, v)
+		}
+	}
+}
+
+func TestReembedOnlyOtherGenerations(t *testing.T) {
+	own := Chunk{Text: "a", Vector: []float32{1, 0}, Generation: 2}
+	other := Chunk{Text: "b", Vector: []float32{9, 9, 9}, Generation: 1}
+	w := &Write{Live: []Document{{Key: "d", Chunks: []Chunk{own}}}}
+	got, err := Reembed(context.Background(), pairEmbedder{}, 2, w)
+	if err != nil || got != w {
+		t.Fatalf("Reembed of a write of generation 2's vectors = %p, %v; want the write itself %p", got, err, w)
+	}
+	w = &Write{Live: []Document{{Key: "d", Chunks: []Chunk{own, other}}}}
+	got, err = Reembed(context.Background(), pairEmbedder{}, 2, w)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs := got.Live[0].Chunks
+	if !slices.Equal(cs[0].Vector, []float32{1, 0}) || !slices.Equal(cs[1].Vector, []float32{0, 1}) || cs[1].Generation != 2 {
+		t.Errorf("Reembed = %v (generation %d), want the own vector kept and the other generation's embedded again: [1 0], [0 1] of generation 2",
+			[][]float32{cs[0].Vector, cs[1].Vector}, cs[1].Generation)
+	}
+	if !slices.Equal(w.Live[0].Chunks[1].Vector, []float32{9, 9, 9}) {
+		t.Errorf("Reembed changed its argument's vector to %v", w.Live[0].Chunks[1].Vector)
+	}
+}

@@ -155,6 +155,11 @@ type Config struct {
 	// byte and resets nothing holds a partition for that long, not until
 	// it is revoked.
 	StoreCallTimeout time.Duration
+	// Generation is the number of the index generation Deps.Index writes,
+	// the member's live one: every chunk it writes is marked with it
+	// (Chunk.Generation), its vectors being that generation's model's. 0:
+	// no generation set.
+	Generation int
 }
 
 // DefaultStoreCallTimeout is Config.StoreCallTimeout unless configured:
@@ -465,8 +470,9 @@ func (p *Projector) buildWrite(ctx context.Context, pl *plan) (*Write, error) {
 			continue
 		}
 		doc := NewDocument(st.live, st.Position)
-		for _, c := range doc.Chunks {
-			needVectors = needVectors || c.Vector == nil
+		for i := range doc.Chunks {
+			needVectors = needVectors || doc.Chunks[i].Vector == nil
+			doc.Chunks[i].Generation = p.cfg.Generation
 		}
 		w.Live = append(w.Live, doc)
 	}

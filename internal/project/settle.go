@@ -101,7 +101,7 @@ func (p *Projector) settlePage(ctx context.Context, f Fence, keys []string) (rem
 			zap.String("document_key", key), zap.Ints("ordinals", lacking))
 	}
 	_, beside := p.generations()
-	targets := []Generation{{Index: p.d.Index}}
+	targets := []Generation{{Number: p.cfg.Generation, Index: p.d.Index, Embedder: p.d.Embedder}}
 	targets = append(targets, beside...)
 	for _, g := range targets {
 		r, s, err := p.settleGeneration(ctx, f, g, keys, current)
@@ -115,8 +115,8 @@ func (p *Projector) settlePage(ctx context.Context, f Fence, keys []string) (rem
 }
 
 // settleGeneration makes generation g's index hold exactly current of
-// keys: the live one (g.Embedder nil) with current's vectors, one beside
-// it with its own embedder's.
+// keys, with g's vectors: current's where its rows hold them, else its
+// embedder's (Reembed).
 func (p *Projector) settleGeneration(ctx context.Context, f Fence, g Generation, keys []string, current *Write) (removed, restored int, err error) {
 	var points map[string][]Point
 	err = p.retry(ctx, StoreIndex, func(ctx context.Context) error {
@@ -140,7 +140,7 @@ func (p *Projector) settleGeneration(ctx context.Context, f Fence, g Generation,
 			removed += n
 		}
 	}
-	if g.Embedder != nil && len(fix.Live) > 0 {
+	if len(fix.Live) > 0 {
 		err = p.retry(ctx, "embedder", func(ctx context.Context) error {
 			var err error
 			fix, err = besideWrite(ctx, g, fix)

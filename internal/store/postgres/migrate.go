@@ -131,7 +131,10 @@ CREATE TABLE index_settle (
 	// of them live, which the readers' alias points at, with its fill's progress and
 	// the lease of the one fill that may write it; and the epoch of the
 	// set of generations run writes, which every change of that set
-	// raises.
+	// raises; and, per chunk row, the generation whose embedder made its
+	// vector, so that a vector read back is written to that generation
+	// only (after a switch the rows keep the old model's vectors until
+	// their documents are written again).
 	// Empty: the first migrate or run registers generation 1.
 	`
 CREATE TABLE index_generations (
@@ -156,6 +159,12 @@ CREATE TABLE index_generations (
 	PRIMARY KEY (alias, generation)
 );
 CREATE UNIQUE INDEX index_generations_one_live ON index_generations (alias) WHERE state = 'live';
+-- The generation whose embedder made each chunk's vector: rows written
+-- before generations hold generation 1's; a row written by anything else
+-- than the projector gets 0, unknown, and is embedded again wherever it
+-- is written.
+ALTER TABLE chunks ADD COLUMN vector_generation integer NOT NULL DEFAULT 1;
+ALTER TABLE chunks ALTER COLUMN vector_generation SET DEFAULT 0;
 CREATE TABLE generation_set (
 	id    boolean PRIMARY KEY DEFAULT true CHECK (id),
 	epoch bigint NOT NULL DEFAULT 0

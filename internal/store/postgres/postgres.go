@@ -199,12 +199,12 @@ WHERE (excluded.version > d.version OR (excluded.version = d.version
 const createChunkStage = `
 CREATE TEMPORARY TABLE IF NOT EXISTS projector_chunk_stage (
 	chunk_id uuid NOT NULL, document_key text NOT NULL, version bigint NOT NULL, ordinal integer NOT NULL,
-	text text NOT NULL, metadata text NOT NULL, vector bytea NOT NULL
+	text text NOT NULL, metadata text NOT NULL, vector bytea NOT NULL, vector_generation integer NOT NULL
 ) ON COMMIT DELETE ROWS`
 
 var (
 	chunkStage        = pgx.Identifier{"pg_temp", "projector_chunk_stage"}
-	chunkStageColumns = []string{"chunk_id", "document_key", "version", "ordinal", "text", "metadata", "vector"}
+	chunkStageColumns = []string{"chunk_id", "document_key", "version", "ordinal", "text", "metadata", "vector", "vector_generation"}
 )
 
 // heldByRow is true where the documents row d holds the event that the
@@ -222,17 +222,17 @@ const heldByRow = `d.version = b.v AND d.status = 'live'
 // writes only the chunks of documents whose row now holds the event the
 // batch wrote (heldByRow): a late write adds nothing.
 const upsertChunks = `
-INSERT INTO chunks AS c (chunk_id, document_key, version, ordinal, text, metadata, vector)
-SELECT s.chunk_id, s.document_key, s.version, s.ordinal, s.text, NULLIF(s.metadata, '')::jsonb, s.vector
+INSERT INTO chunks AS c (chunk_id, document_key, version, ordinal, text, metadata, vector, vector_generation)
+SELECT s.chunk_id, s.document_key, s.version, s.ordinal, s.text, NULLIF(s.metadata, '')::jsonb, s.vector, s.vector_generation
 FROM pg_temp.projector_chunk_stage s
 JOIN unnest($1::text[], $2::bigint[], $3::text[], $4::int[], $5::bigint[]) AS b(k, v, tp, pa, po)
 	ON b.k = s.document_key AND b.v = s.version
 JOIN documents d ON d.document_key = s.document_key AND ` + heldByRow + `
 ON CONFLICT (chunk_id) DO UPDATE SET
 	document_key = excluded.document_key, version = excluded.version, ordinal = excluded.ordinal,
-	text = excluded.text, metadata = excluded.metadata, vector = excluded.vector
-WHERE (c.document_key, c.version, c.ordinal, c.text, c.metadata, c.vector)
-	IS DISTINCT FROM (excluded.document_key, excluded.version, excluded.ordinal, excluded.text, excluded.metadata, excluded.vector)`
+	text = excluded.text, metadata = excluded.metadata, vector = excluded.vector, vector_generation = excluded.vector_generation
+WHERE (c.document_key, c.version, c.ordinal, c.text, c.metadata, c.vector, c.vector_generation)
+	IS DISTINCT FROM (excluded.document_key, excluded.version, excluded.ordinal, excluded.text, excluded.metadata, excluded.vector, excluded.vector_generation)`
 
 // deleteOtherChunks removes the chunks of the batch's documents that the
 // documents rows, as the batch left them, no longer have: every chunk of a
