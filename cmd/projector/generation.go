@@ -23,6 +23,7 @@ type generationFlags struct {
 	embed    embedderFlags
 	execute  bool
 	force    bool
+	grace    time.Duration
 	pageSize int
 	leaseTTL time.Duration
 	push     pushFlags
@@ -32,8 +33,9 @@ func (f *generationFlags) register(fs *flag.FlagSet) {
 	f.log.register(fs)
 	f.stores.register(fs)
 	f.embed.register(fs)
-	fs.BoolVar(&f.execute, "execute", false, "start: create, register and fill the generation; switch: move the alias to it; abort: drop it; without it they print the plan and change nothing, as replay does")
+	fs.BoolVar(&f.execute, "execute", false, "start: create, register and fill the generation; switch: move the alias to it; retire: stop writing the old one, and delete it after --grace; abort: drop it; without it they print the plan and change nothing, as replay does")
 	fs.BoolVar(&f.force, "force", false, "switch: move the alias even when the generation's fill is not done or a reconcile of it is not clean (readers may then miss documents)")
+	fs.DurationVar(&f.grace, "grace", time.Hour, "retire: how long the retired generation's collection is kept before a retire run again deletes it (members still writing it as their live one halt meanwhile; readers of its own name still find it)")
 	fs.IntVar(&f.pageSize, "fill-page-size", 256, "documents the fill reads, embeds and writes at once; a page must be written within five sixths of --fill-lease-ttl")
 	fs.DurationVar(&f.leaseTTL, "fill-lease-ttl", 60*time.Second, "how long the fill lease outlives its last renewal (renewed with every page): a fill killed at any line is resumed by the next start once it expired")
 	f.push.register(fs, "projector_generation_fill")
@@ -44,19 +46,20 @@ var generationActions = map[string]func(ctx context.Context, f *generationFlags,
 	"start":  generationStart,
 	"status": generationStatus,
 	"switch": generationSwitch,
+	"retire": generationRetire,
 	"abort":  generationAbort,
 }
 
 func generationCommand(ctx context.Context, args []string, e env) error {
 	var f generationFlags
-	fs := newFlagSet("generation", "generation start|status|switch|abort [flags]", e)
+	fs := newFlagSet("generation", "generation start|status|switch|retire|abort [flags]", e)
 	f.register(fs)
 	if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
 		return parse(fs, args, e)
 	}
 	if len(args) == 0 || generationActions[args[0]] == nil {
 		fs.Usage()
-		return usageError(errors.New("want an action: start, status, switch or abort"))
+		return usageError(errors.New("want an action: start, status, switch, retire or abort"))
 	}
 	action := generationActions[args[0]]
 	if err := parse(fs, args[1:], e); err != nil {
@@ -67,6 +70,9 @@ func generationCommand(ctx context.Context, args []string, e env) error {
 	}
 	if f.pageSize < 1 || f.pageSize > maxPageSize {
 		return usageError(fmt.Errorf("--fill-page-size %d: want 1 to %d", f.pageSize, maxPageSize))
+	}
+	if f.grace < 0 {
+		return usageError(fmt.Errorf("--grace %s: want 0 or more", f.grace))
 	}
 	if f.leaseTTL < minLeaseTTL {
 		return usageError(fmt.Errorf("--fill-lease-ttl %s: want at least %s", f.leaseTTL, minLeaseTTL))
@@ -265,6 +271,54 @@ func checkGeneration(ctx context.Context, log *zap.Logger, st *stores, g generat
 type discrepancyCount struct{}
 
 func (discrepancyCount) Report(*reconcile.Discrepancy) error { return nil }
+
+// generationRetire retires the generation the alias left: with
+// --execute, run stops writing it (the registry marks it retired), and
+// once its grace passed its collection is deleted; run again, it goes on
+// where it stopped.
+func generationRetire(ctx context.Context, f *generationFlags, _ *zap.Logger, st *stores, e env) error {
+	g, ok := st.generations.Retirable()
+	if !ok {
+		return errors.New("no generation is retiring (a switch leaves the old live one retiring), nor retired with its collection left: nothing to retire")
+	}
+	live, _ := st.generations.Live()
+	if g.State == generation.Retiring {
+		fmt.Fprintf(e.stdout, "%s is retired: run stops writing it, so switching back to it is no longer possible. A member still writing it as its live one (started before the switch) halts its partitions, saying to restart it: restart every member before, so that each writes the live %s.\n", g, live)
+		fmt.Fprintf(e.stdout, "Its collection %s is kept for --grace %s, then deleted by a retire run again.\n", g.Collection, f.grace)
+	} else {
+		fmt.Fprintf(e.stdout, "%s is retired; its collection %s is deleted once its grace passed.\n", g, g.Collection)
+	}
+	if !f.execute {
+		fmt.Fprintln(e.stdout, "Nothing changed: run again with --execute.")
+		return nil
+	}
+	left, err := st.relational.RetireGeneration(ctx, g, f.grace)
+	if err != nil {
+		return err
+	}
+	if g.State == generation.Retiring {
+		fmt.Fprintf(e.stdout, "retired generation %d: run no longer writes it.\n", g.Number)
+	}
+	if left > 0 {
+		fmt.Fprintf(e.stdout, "collection %s is kept %s more: run projector generation retire --execute again then to delete it.\n", g.Collection, left.Round(time.Second))
+		return nil
+	}
+	// A legacy generation's collection went with the switch, and its name
+	// is the alias's now: only a collection of that name is deleted.
+	kind, _, err := st.qdrant.Resolve(ctx, g.Collection)
+	if err != nil {
+		return err
+	}
+	if kind != generation.NameCollection {
+		fmt.Fprintf(e.stdout, "collection %s is deleted already.\n", g.Collection)
+		return nil
+	}
+	if err := st.qdrant.ForCollection(g.Collection, g.Embedder.Dim).Drop(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "deleted collection %s.\n", g.Collection)
+	return nil
+}
 
 // generationAbort drops the generation being built: with --execute, run
 // stops writing it (the registry marks it aborted), and once no fill can

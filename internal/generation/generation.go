@@ -137,13 +137,22 @@ func (s Set) Live() (Generation, bool) {
 // Abortable is the generation being built, or else the last generation
 // aborted (whose collection an abort run again may still have to
 // delete); false when there is neither.
-func (s Set) Abortable() (Generation, bool) {
+func (s Set) Abortable() (Generation, bool) { return s.ending(Building, Aborted) }
+
+// Retirable is the oldest retiring generation, or else the last one
+// retired (whose collection a retire run again may still have to
+// delete); false when there is neither.
+func (s Set) Retirable() (Generation, bool) { return s.ending(Retiring, Retired) }
+
+// ending is the first generation in state from, or else the last one in
+// state to: what a step from one to the other acts on, run again.
+func (s Set) ending(from, to State) (Generation, bool) {
 	var last *Generation
 	for i, g := range s {
-		if g.State == Building {
+		if g.State == from {
 			return g, true
 		}
-		if g.State == Aborted {
+		if g.State == to {
 			last = &s[i]
 		}
 	}

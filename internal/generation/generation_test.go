@@ -192,25 +192,48 @@ func TestTrackerPrimaryNoLongerWritten(t *testing.T) {
 	if _, ok := errors.AsType[*project.PermanentError](err); !ok || !strings.Contains(err.Error(), "restart the member") {
 		t.Fatalf("NewTracker of a retired primary = %v, want a PermanentError saying to restart", err)
 	}
+	// A member started before the switch, whose primary is retired while
+	// it runs: its next refresh says so, and which generation is live.
+	live, retiring := g1, g1
+	live.State, retiring.State = Live, Retiring
+	building := g2
+	building.State = Building
+	tr, err := NewTracker(context.Background(), (&setReader{}).then(1, live, building).then(2, retiring, g2).then(3, g1, g2), "chunks", 1, open)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tr.Refresh(context.Background()); err != nil {
+		t.Fatalf("Refresh after the switch (its primary retiring, still written) = %v, want nil", err)
+	}
+	err = tr.Refresh(context.Background())
+	if _, ok := errors.AsType[*project.PermanentError](err); !ok || !strings.Contains(err.Error(), "is retired") || !strings.Contains(err.Error(), "live generation 2") {
+		t.Fatalf("Refresh after the retire of its primary = %v, want a PermanentError saying it is retired and that generation 2 is live", err)
+	}
 }
 
-func TestAbortable(t *testing.T) {
+// TestAbortableAndRetirable: what abort and retire act on, run again too.
+func TestAbortableAndRetirable(t *testing.T) {
 	live := Generation{Number: 1, State: Live}
 	tests := []struct {
 		name string
+		of   func(Set) (Generation, bool)
 		set  Set
 		want int // 0: none
 	}{
-		{"nothing beside the live one", Set{live}, 0},
-		{"the generation being built", Set{live, {Number: 2, State: Aborted}, {Number: 3, State: Building}}, 3},
-		{"the last aborted, whose collection may be left", Set{live, {Number: 2, State: Aborted}, {Number: 3, State: Aborted}}, 3},
-		{"a retiring generation is not aborted", Set{{Number: 1, State: Retiring}, {Number: 2, State: Live}}, 0},
+		{"abort: nothing beside the live one", Set.Abortable, Set{live}, 0},
+		{"abort: the generation being built", Set.Abortable, Set{live, {Number: 2, State: Aborted}, {Number: 3, State: Building}}, 3},
+		{"abort: the last aborted, whose collection may be left", Set.Abortable, Set{live, {Number: 2, State: Aborted}, {Number: 3, State: Aborted}}, 3},
+		{"abort: a retiring generation is not aborted", Set.Abortable, Set{{Number: 1, State: Retiring}, {Number: 2, State: Live}}, 0},
+		{"retire: nothing switched", Set.Retirable, Set{live, {Number: 2, State: Building}}, 0},
+		{"retire: the oldest retiring", Set.Retirable, Set{{Number: 1, State: Retiring}, {Number: 2, State: Retiring}, {Number: 3, State: Live}}, 1},
+		{"retire: the last retired, whose collection may be left", Set.Retirable, Set{{Number: 1, State: Retired}, {Number: 2, State: Retired}, {Number: 3, State: Live}}, 2},
+		{"retire: an aborted generation is not retired", Set.Retirable, Set{live, {Number: 2, State: Aborted}}, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			g, ok := tt.set.Abortable()
+			g, ok := tt.of(tt.set)
 			if got := map[bool]int{true: g.Number}[ok]; got != tt.want {
-				t.Errorf("Abortable = %d (%v), want %d", g.Number, ok, tt.want)
+				t.Errorf("got %d (%v), want %d", g.Number, ok, tt.want)
 			}
 		})
 	}

@@ -93,8 +93,17 @@ func (t *Tracker) Refresh(ctx context.Context) error {
 		beside = append(beside, pg)
 	}
 	if !primaryWritten {
+		state, live := State("unknown"), "none"
+		for _, g := range set {
+			if g.Number == t.primary {
+				state = g.State
+			}
+			if g.State == Live {
+				live = g.String()
+			}
+		}
 		return &project.PermanentError{Err: fmt.Errorf(
-			"generation %d, which this member writes as the live one, is no longer written (the registry holds %d generations): restart the member", t.primary, len(set))}
+			"index generation %d, which this member writes as its live one, is %s and no longer written: restart the member, so that it writes the live %s", t.primary, state, live)}
 	}
 	t.epoch, t.beside = epoch, beside
 	return nil

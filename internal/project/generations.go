@@ -168,6 +168,24 @@ func (p *Projector) besideFailed(ctx context.Context, epoch int64, n int, err er
 	return &GenerationsChangedError{Wrote: epoch, Now: now}
 }
 
+// primaryFailed is the error of a failed write of the live generation
+// (Deps.Index): the *PermanentError of Generations.Refresh when the
+// registry no longer has run write it (retired, its collection perhaps
+// deleted already, so no retry could succeed: the member must be
+// restarted onto the live generation), else err, which the caller
+// retries.
+func (p *Projector) primaryFailed(ctx context.Context, err error) error {
+	if p.d.Generations == nil {
+		return err
+	}
+	if rerr := p.d.Generations.Refresh(ctx); rerr != nil {
+		if _, ok := errors.AsType[*PermanentError](rerr); ok {
+			return rerr
+		}
+	}
+	return err
+}
+
 // checkFences checks the stores against what w wrote: the live
 // generation, the graph and the relational store through Deps.Fences,
 // then each generation beside the live one.

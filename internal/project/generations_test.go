@@ -23,6 +23,8 @@ type memGenerations struct {
 	beside    []Generation
 	next      func() (int64, []Generation)
 	refreshes int
+	// err, when set, is what every Refresh returns.
+	err error
 }
 
 func (m *memGenerations) Current() (int64, []Generation) {
@@ -35,6 +37,9 @@ func (m *memGenerations) Refresh(context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.refreshes++
+	if m.err != nil {
+		return m.err
+	}
 	if m.next != nil {
 		m.epoch, m.beside = m.next()
 	}
@@ -313,5 +318,27 @@ func TestReembedOnlyOtherGenerations(t *testing.T) {
 	}
 	if !slices.Equal(w.Live[0].Chunks[1].Vector, []float32{9, 9, 9}) {
 		t.Errorf("Reembed changed its argument's vector to %v", w.Live[0].Chunks[1].Vector)
+	}
+}
+
+// TestRetiredPrimaryHalts: a member whose live generation was retired,
+// and its collection deleted, before it wrote again stops with the
+// registry's word to restart it, instead of retrying a write that cannot
+// succeed for ever.
+func TestRetiredPrimaryHalts(t *testing.T) {
+	f := newFixture(t, Config{})
+	f.index.fail = func(*Write) error {
+		return &StoreError{Store: StoreIndex, Kind: Fatal, Err: errors.New("collection chunks_g1 not found")}
+	}
+	retired := &PermanentError{Err: errors.New("index generation 1, which this member writes as its live one, is retired: restart the member")}
+	f.p.d.Generations = &memGenerations{epoch: 1, err: retired}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	err := f.p.Handle(ctx, Fence{}, TopicID{}, []*kgo.Record{rec(0, "a", upsert("a", 1))})
+	if !errors.Is(err, retired) || ctx.Err() != nil {
+		t.Fatalf("Handle with a retired live generation = %v (ctx %v), want the registry's PermanentError at once", err, ctx.Err())
+	}
+	if len(f.rel.chunks["a"]) != 0 {
+		t.Errorf("relational store holds %v of a, want nothing written after the index failed", f.rel.chunks["a"])
 	}
 }

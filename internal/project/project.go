@@ -506,7 +506,7 @@ func (p *Projector) apply(ctx context.Context, writes []indexed, ledger []Ledger
 					return p.besideFailed(ctx, w.Epoch, iw.generation, err)
 				}
 				if err != nil {
-					return err
+					return p.primaryFailed(ctx, err)
 				}
 			}
 			return nil

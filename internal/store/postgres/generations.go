@@ -274,15 +274,11 @@ func (s *Store) CountLive(ctx context.Context) (int64, error) {
 func (s *Store) AbortGeneration(ctx context.Context, g generation.Generation) error {
 	n := g.Number
 	return s.changeSet(ctx, fmt.Sprintf("abort index generation %d", n), func(tx pgx.Tx) (bool, error) {
-		var state string
-		err := tx.QueryRow(ctx, `SELECT state FROM index_generations WHERE alias = $2 AND generation = $1 FOR UPDATE`, n, g.Alias).Scan(&state)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return false, &generation.ConflictError{Why: fmt.Sprintf("there is no generation %d", n)}
-		}
+		state, _, err := lockGeneration(ctx, tx, g)
 		if err != nil {
 			return false, err
 		}
-		switch generation.State(state) {
+		switch state {
 		case generation.Aborted:
 			return false, nil
 		case generation.Building:
@@ -292,6 +288,22 @@ func (s *Store) AbortGeneration(ctx context.Context, g generation.Generation) er
 		_, err = tx.Exec(ctx, `UPDATE index_generations SET state = 'aborted' WHERE alias = $2 AND generation = $1`, n, g.Alias)
 		return err == nil, err
 	})
+}
+
+// lockGeneration reads generation g's state, holding its row until the
+// transaction ends, and the seconds left of its retire grace (0: none, or
+// passed). A generation the registry lacks is a *generation.ConflictError.
+func lockGeneration(ctx context.Context, tx pgx.Tx, g generation.Generation) (generation.State, float64, error) {
+	var (
+		state string
+		left  float64
+	)
+	err := tx.QueryRow(ctx, `SELECT state, greatest(coalesce(extract(epoch FROM retire_after - now()), 0), 0)::float8
+FROM index_generations WHERE alias = $2 AND generation = $1 FOR UPDATE`, g.Number, g.Alias).Scan(&state, &left)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", 0, &generation.ConflictError{Why: fmt.Sprintf("there is no generation %d", g.Number)}
+	}
+	return generation.State(state), left, err
 }
 
 // changeSet runs change in a transaction that holds the set's row, and
@@ -379,4 +391,36 @@ WHERE alias = $1 AND generation = $2`, alias, from, string(sw.FromState())); err
 WHERE alias = $1 AND generation = $2`, alias, to)
 		return err == nil, err
 	})
+}
+
+// RetireGeneration marks retiring generation g retired, deletable after
+// grace, and raises the set's epoch, so run stops writing it: the
+// relational store refuses a write that still wrote it, and a member
+// whose live generation it is halts its partitions (generation.Tracker).
+// It returns how long the collection must be kept still (0: it may be
+// deleted). Retiring a retired generation again changes nothing and
+// returns the time left of its first grace; any other state is refused
+// (*generation.ConflictError).
+func (s *Store) RetireGeneration(ctx context.Context, g generation.Generation, grace time.Duration) (time.Duration, error) {
+	n := g.Number
+	var left float64
+	err := s.changeSet(ctx, fmt.Sprintf("retire index generation %d", n), func(tx pgx.Tx) (bool, error) {
+		state, graceLeft, err := lockGeneration(ctx, tx, g)
+		if err != nil {
+			return false, err
+		}
+		left = graceLeft
+		switch state {
+		case generation.Retired:
+			return false, nil
+		case generation.Retiring:
+		default:
+			return false, &generation.ConflictError{Why: fmt.Sprintf("generation %d is %s: only a generation the alias left (retiring) can be retired", n, state)}
+		}
+		left = grace.Seconds()
+		_, err = tx.Exec(ctx, `UPDATE index_generations SET state = 'retired', retire_after = now() + make_interval(secs => $3)
+WHERE alias = $2 AND generation = $1`, n, g.Alias, left)
+		return err == nil, err
+	})
+	return time.Duration(left * float64(time.Second)), err
 }

@@ -257,3 +257,39 @@ func TestSwitchFromALegacyGenerationRetiresIt(t *testing.T) {
 		t.Fatalf("after a switch from a legacy generation: %v, %v; want generation 1 retired (its collection goes), 2 live", set, err)
 	}
 }
+
+func TestRetireGeneration(t *testing.T) {
+	s, g1, g2 := openBuilding(t, "c_g1")
+	ctx := context.Background()
+	if _, err := s.RetireGeneration(ctx, g1, 0); err == nil || !strings.Contains(err.Error(), "only a generation the alias left") {
+		t.Fatalf("a retire of the live generation = %v, want a refusal", err)
+	}
+	if err := s.SwitchGeneration(ctx, generation.Switch{To: g2, From: g1}, false); err != nil {
+		t.Fatal(err)
+	}
+	left, err := s.RetireGeneration(ctx, g1, time.Hour)
+	if err != nil || left < 59*time.Minute || left > time.Hour {
+		t.Fatalf("RetireGeneration = %s, %v; want about an hour of grace", left, err)
+	}
+	epoch, set, err := s.GenerationSet(ctx, "c")
+	if err != nil || epoch != 4 || set[0].State != generation.Retired || len(set.Written()) != 1 {
+		t.Fatalf("after the retire: epoch %d, %v, %v; want epoch 4 and generation 1 retired, no longer written", epoch, set, err)
+	}
+	// Run again with another grace: the first one's stands, and the epoch
+	// stays.
+	if left, err := s.RetireGeneration(ctx, g1, 0); err != nil || left < 59*time.Minute {
+		t.Fatalf("RetireGeneration again = %s, %v; want the first grace's time left", left, err)
+	}
+	if epoch, _, _ := s.GenerationSet(ctx, "c"); epoch != 4 {
+		t.Errorf("epoch %d after a retire run again, want 4 unchanged", epoch)
+	}
+	if _, err := s.pool.Exec(ctx, `UPDATE index_generations SET retire_after = now() - interval '1 second' WHERE generation = 1`); err != nil {
+		t.Fatal(err)
+	}
+	if left, err := s.RetireGeneration(ctx, g1, time.Hour); err != nil || left != 0 {
+		t.Fatalf("RetireGeneration after the grace = %s, %v; want 0: the collection may go", left, err)
+	}
+	if g, ok := set.Retirable(); !ok || g.Number != 1 {
+		t.Errorf("Retirable = %v %v, want generation 1, whose collection a retire run again deletes", g, ok)
+	}
+}
