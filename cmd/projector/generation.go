@@ -5,6 +5,9 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -181,9 +184,13 @@ func generationStatus(ctx context.Context, _ *generationFlags, _ *zap.Logger, st
 }
 
 // switchChecks is how many times switch compares the generation with the
-// relational copy before it takes a difference for real: a document that
-// run is writing while it is compared can differ for a moment.
-const switchChecks = 3
+// relational copy, switchPause apart, before it takes a difference for
+// real (generation.Verify): a document that run is writing while it is
+// compared differs for a moment.
+const (
+	switchChecks = 3
+	switchPause  = 2 * time.Second
+)
 
 // generationSwitch moves the alias readers search to the generation
 // being built, once its fill is done and a reconcile of it is clean
@@ -237,40 +244,43 @@ func generationSwitch(ctx context.Context, f *generationFlags, log *zap.Logger, 
 }
 
 // checkGeneration compares generation g's collection with the relational
-// copy, as reconcile --generation does, up to switchChecks times, and
-// returns an error unless one comparison is clean.
+// copy, as reconcile --generation does (generation.Verify), and returns an
+// error naming the documents that differ for real, if any.
 func checkGeneration(ctx context.Context, log *zap.Logger, st *stores, g generation.Generation, e env) error {
 	idx := st.qdrant.ForCollection(g.Collection, g.Embedder.Dim)
-	var found int64
-	for i := range switchChecks {
-		if i > 0 {
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(2 * time.Second):
-			}
-		}
+	pass := 0
+	differ, err := generation.Verify(ctx, func(ctx context.Context) (map[string]int64, error) {
+		pass++
+		found := differing{}
 		rec := reconcile.New(reconcile.Config{}, log.With(zap.String("component", "reconcile")),
 			reconcile.Deps{Decisions: st.relational, Source: st.relational, Stores: []reconcile.Store{idx}})
-		sum, err := rec.Run(ctx, &discrepancyCount{})
+		sum, err := rec.Run(ctx, found)
 		if err != nil {
-			return fmt.Errorf("compare %s with the relational copy: %w", g, err)
+			return nil, fmt.Errorf("compare %s with the relational copy: %w", g, err)
 		}
-		if found = sum.Total(); found == 0 {
-			fmt.Fprintf(e.stdout, "compared %s with the relational copy: %d documents, no discrepancy.\n", g, sum.Documents)
-			return nil
-		}
-		fmt.Fprintf(e.stderr, "compared %s with the relational copy: %d discrepancies (documents being written differ for a moment)\n", g, found)
+		fmt.Fprintf(e.stderr, "comparison %d of %s with the relational copy: %d documents, %d differ\n", pass, g, sum.Documents, len(found))
+		return found, nil
+	}, switchChecks, switchPause)
+	if err != nil {
+		return err
 	}
-	return &generation.ConflictError{Why: fmt.Sprintf("%s differs from the relational copy (%d discrepancies, %d comparisons): projector reconcile --generation %d lists them; abort and start it again, or switch with --force",
-		g, found, switchChecks, g.Number)}
+	if len(differ) == 0 {
+		fmt.Fprintf(e.stdout, "compared %s with the relational copy: equal.\n", g)
+		return nil
+	}
+	keys := slices.Sorted(maps.Keys(differ))
+	return &generation.ConflictError{Why: fmt.Sprintf("%s differs from the relational copy in %d documents at the same version in %d comparisons (%s): projector reconcile --generation %d lists them; abort and start it again, or switch with --force",
+		g, len(differ), switchChecks, strings.Join(keys[:min(len(keys), 5)], ", "), g.Number)}
 }
 
-// discrepancyCount takes a reconcile's report and keeps nothing: the
-// summary counts.
-type discrepancyCount struct{}
+// differing takes a reconcile's report: the documents that differ, with
+// the version the relational copy holds (0: withdrawn or unknown).
+type differing map[string]int64
 
-func (discrepancyCount) Report(*reconcile.Discrepancy) error { return nil }
+func (d differing) Report(r *reconcile.Discrepancy) error {
+	d[r.Key] = r.Version
+	return nil
+}
 
 // generationRetire retires the generation the alias left: with
 // --execute, run stops writing it (the registry marks it retired), and

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // State is where a generation is in its life.
@@ -336,4 +337,45 @@ func (s Set) Switching(force bool) (Switch, error) {
 		return Switch{}, &ConflictError{Why: fmt.Sprintf("no generation is being built, and the live %s replaced none: nothing to switch to (projector generation start builds one)", live)}
 	}
 	return Switch{To: live, From: *from, Registered: true}, nil
+}
+
+// Compare is one comparison of a generation's collection with the
+// relational copy: the documents that differ, each with the version the
+// relational copy holds of it.
+type Compare func(ctx context.Context) (differ map[string]int64, err error)
+
+// Verify compares up to attempts times, pause apart, and returns the
+// documents every comparison found different at the same version (none:
+// the generation is equal to the relational copy). While run writes, a
+// document being written differs for a moment: its index write lands
+// before its relational one. One that run wrote again between two
+// comparisons has another version in the second, and that write reached
+// the generation too (run writes every generation, fenced), so it does
+// not count; one that differs still at the same version differs for real.
+func Verify(ctx context.Context, compare Compare, attempts int, pause time.Duration) (map[string]int64, error) {
+	var still map[string]int64
+	for i := range attempts {
+		if i > 0 {
+			select {
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			case <-time.After(pause):
+			}
+		}
+		differ, err := compare(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if i > 0 {
+			for key, v := range differ {
+				if w, ok := still[key]; !ok || w != v {
+					delete(differ, key)
+				}
+			}
+		}
+		if still = differ; len(still) == 0 {
+			return nil, nil
+		}
+	}
+	return still, nil
 }

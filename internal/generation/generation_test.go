@@ -3,8 +3,10 @@ package generation
 import (
 	"context"
 	"errors"
+	"maps"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/projector/projector/internal/project"
 )
@@ -311,6 +313,33 @@ func TestSwitching(t *testing.T) {
 			if err != nil || sw.To.Number != tt.to || sw.From.Number != tt.from || sw.Registered != tt.registered || sw.FromState() != tt.fromState {
 				t.Fatalf("Switching = %d from %d (registered %v, from becomes %s), %v; want %d from %d (%v, %s)",
 					sw.To.Number, sw.From.Number, sw.Registered, sw.FromState(), err, tt.to, tt.from, tt.registered, tt.fromState)
+			}
+		})
+	}
+}
+
+func TestVerify(t *testing.T) {
+	tests := []struct {
+		name   string
+		passes []map[string]int64
+		want   map[string]int64
+		calls  int
+	}{
+		{"clean at once", []map[string]int64{{}}, nil, 1},
+		{"a document being written, written again meanwhile", []map[string]int64{{"a": 3}, {"a": 4}, {"a": 5}}, nil, 2},
+		{"a document written once between, then clean", []map[string]int64{{"a": 3, "b": 1}, {"b": 1}, {}}, nil, 3},
+		{"a document that differs at the same version", []map[string]int64{{"a": 3, "b": 1}, {"b": 1}, {"b": 1, "c": 2}}, map[string]int64{"b": 1}, 3},
+		{"documents differing in turn, never one twice", []map[string]int64{{"a": 1}, {"b": 1}, {"a": 1}}, nil, 2},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			calls := 0
+			got, err := Verify(context.Background(), func(context.Context) (map[string]int64, error) {
+				calls++
+				return tt.passes[calls-1], nil
+			}, len(tt.passes), time.Millisecond)
+			if err != nil || !maps.Equal(got, tt.want) || calls != tt.calls {
+				t.Fatalf("Verify = %v, %v after %d comparisons; want %v after %d", got, err, calls, tt.want, tt.calls)
 			}
 		})
 	}
