@@ -26,6 +26,7 @@ type generationFlags struct {
 	embed    embedderFlags
 	execute  bool
 	force    bool
+	to       int
 	grace    time.Duration
 	pageSize int
 	leaseTTL time.Duration
@@ -38,6 +39,7 @@ func (f *generationFlags) register(fs *flag.FlagSet) {
 	f.embed.register(fs)
 	fs.BoolVar(&f.execute, "execute", false, "start: create, register and fill the generation; switch: move the alias to it; retire: stop writing the old one, and delete it after --grace; abort: drop it; without it they print the plan and change nothing, as replay does")
 	fs.BoolVar(&f.force, "force", false, "switch: move the alias even when the generation's fill is not done or a reconcile of it is not clean (readers may then miss documents)")
+	fs.IntVar(&f.to, "to", 0, "switch: the generation to switch to (0: the one being built); a retiring one is a switch back, possible until it is retired")
 	fs.DurationVar(&f.grace, "grace", time.Hour, "retire: how long the retired generation's collection is kept before a retire run again deletes it (members still writing it as their live one halt meanwhile; readers of its own name still find it)")
 	fs.IntVar(&f.pageSize, "fill-page-size", 256, "documents the fill reads, embeds and writes at once; a page must be written within five sixths of --fill-lease-ttl")
 	fs.DurationVar(&f.leaseTTL, "fill-lease-ttl", 60*time.Second, "how long the fill lease outlives its last renewal (renewed with every page): a fill killed at any line is resumed by the next start once it expired")
@@ -199,7 +201,7 @@ const (
 // operation. Run again after it was killed anywhere, it finishes the
 // switch the registry recorded.
 func generationSwitch(ctx context.Context, f *generationFlags, log *zap.Logger, st *stores, e env) error {
-	sw, err := st.generations.Switching(f.force)
+	sw, err := st.generations.Switching(f.to, f.force)
 	if err != nil {
 		return err
 	}

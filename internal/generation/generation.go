@@ -306,30 +306,42 @@ func (sw Switch) FromState() State {
 	return Retiring
 }
 
-// Switching returns the switch of alias to the generation being built,
-// or, when the registry has switched already (no generation is being
-// built and the live one replaced another), the switch to finish: its
-// alias may not have moved yet. A generation whose fill is not done is
-// refused unless force: readers would search a partial index.
-func (s Set) Switching(force bool) (Switch, error) {
+// Switching returns the switch of the alias to generation to (0: the
+// generation being built): one being built, or a retiring one (a switch
+// back, which run still writes); or, when to is the live one (by default:
+// when none is being built), the switch the registry recorded already,
+// whose alias may not have moved yet. A generation whose fill is not done
+// is refused unless force: readers would search a partial index.
+func (s Set) Switching(to int, force bool) (Switch, error) {
 	live, ok := s.Live()
 	if !ok {
 		return Switch{}, errors.New("the generation registry has no live generation: run projector migrate")
 	}
-	for _, g := range s {
-		if g.State != Building {
-			continue
+	var target *Generation
+	for i, g := range s {
+		if (to == 0 && g.State == Building) || (to != 0 && g.Number == to) {
+			target = &s[i]
 		}
-		if !g.Fill.Done && !force {
-			return Switch{}, &ConflictError{Why: fmt.Sprintf("the fill of %s is not done (%d documents so far): run projector generation start --execute until it says filled, or switch with --force to a partial index", g, g.Fill.Documents)}
-		}
-		return Switch{To: g, From: live}, nil
 	}
-	// The generation the live one replaced: the newest retiring or
-	// retired one before it.
+	switch {
+	case to == 0 && target == nil, target != nil && target.State == Live:
+		return s.switched(live)
+	case target == nil:
+		return Switch{}, &ConflictError{Why: fmt.Sprintf("there is no generation %d", to)}
+	case target.State == Building && !target.Fill.Done && !force:
+		return Switch{}, &ConflictError{Why: fmt.Sprintf("the fill of %s is not done (%d documents so far): run projector generation start --execute until it says filled, or switch with --force to a partial index", target, target.Fill.Documents)}
+	case target.State != Building && target.State != Retiring:
+		return Switch{}, &ConflictError{Why: fmt.Sprintf("%s is not written: only a generation being built, or a retiring one, can be switched to", target)}
+	}
+	return Switch{To: *target, From: live}, nil
+}
+
+// switched is the switch the registry recorded to live: from the newest
+// other generation the alias left (retiring, or retired since).
+func (s Set) switched(live Generation) (Switch, error) {
 	var from *Generation
 	for i, g := range s {
-		if g.Number < live.Number && (g.State == Retiring || g.State == Retired) {
+		if g.Number != live.Number && (g.State == Retiring || g.State == Retired) {
 			from = &s[i]
 		}
 	}

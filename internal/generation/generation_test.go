@@ -283,36 +283,44 @@ func TestSwitching(t *testing.T) {
 	filled := Generation{Alias: "chunks", Number: 2, Collection: "chunks_g2", Embedder: http768, State: Building, Fill: Progress{Done: true}}
 	partial := filled
 	partial.Fill = Progress{Documents: 5}
-	retiring, live2 := g1, filled
-	retiring.State, live2.State = Retiring, Live
+	retiring, live2, retired := g1, filled, g1
+	retiring.State, live2.State, retired.State = Retiring, Live, Retired
+	back := retiring
+	back.State = Live
 	tests := []struct {
 		name       string
 		set        Set
+		to         int
 		force      bool
-		to, from   int
+		want, from int
 		registered bool
 		fromState  State
 		wantErr    string
 	}{
-		{"a filled generation", Set{g1, filled}, false, 2, 1, false, Retiring, ""},
-		{"a fill not done", Set{g1, partial}, false, 0, 0, false, "", "is not done"},
-		{"a fill not done, forced", Set{g1, partial}, true, 2, 1, false, Retiring, ""},
-		{"from a legacy generation, which is retired", Set{legacy, filled}, false, 2, 1, false, Retired, ""},
-		{"a switch the registry recorded: the alias is left", Set{retiring, live2}, false, 2, 1, true, Retiring, ""},
-		{"nothing built", Set{g1}, false, 0, 0, false, "", "nothing to switch to"},
+		{"a filled generation", Set{g1, filled}, 0, false, 2, 1, false, Retiring, ""},
+		{"a filled generation, named", Set{g1, filled}, 2, false, 2, 1, false, Retiring, ""},
+		{"a fill not done", Set{g1, partial}, 0, false, 0, 0, false, "", "is not done"},
+		{"a fill not done, forced", Set{g1, partial}, 0, true, 2, 1, false, Retiring, ""},
+		{"from a legacy generation, which is retired", Set{legacy, filled}, 0, false, 2, 1, false, Retired, ""},
+		{"a switch the registry recorded: the alias is left", Set{retiring, live2}, 0, false, 2, 1, true, Retiring, ""},
+		{"back to the retiring generation", Set{retiring, live2}, 1, false, 1, 2, false, Retiring, ""},
+		{"a switch back the registry recorded", Set{back, {Alias: "chunks", Number: 2, Collection: "chunks_g2", Embedder: http768, State: Retiring}}, 0, false, 1, 2, true, Retiring, ""},
+		{"back to a retired generation", Set{retired, live2}, 1, false, 0, 0, false, "", "not written"},
+		{"no such generation", Set{g1, filled}, 7, false, 0, 0, false, "", "no generation 7"},
+		{"nothing built", Set{g1}, 0, false, 0, 0, false, "", "nothing to switch to"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			sw, err := tt.set.Switching(tt.force)
+			sw, err := tt.set.Switching(tt.to, tt.force)
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("Switching = %+v, %v; want an error saying %q", sw, err, tt.wantErr)
 				}
 				return
 			}
-			if err != nil || sw.To.Number != tt.to || sw.From.Number != tt.from || sw.Registered != tt.registered || sw.FromState() != tt.fromState {
+			if err != nil || sw.To.Number != tt.want || sw.From.Number != tt.from || sw.Registered != tt.registered || sw.FromState() != tt.fromState {
 				t.Fatalf("Switching = %d from %d (registered %v, from becomes %s), %v; want %d from %d (%v, %s)",
-					sw.To.Number, sw.From.Number, sw.Registered, sw.FromState(), err, tt.to, tt.from, tt.registered, tt.fromState)
+					sw.To.Number, sw.From.Number, sw.Registered, sw.FromState(), err, tt.want, tt.from, tt.registered, tt.fromState)
 			}
 		})
 	}

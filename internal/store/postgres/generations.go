@@ -350,9 +350,10 @@ func (s *Store) FillHeldFor(ctx context.Context, g generation.Generation) (time.
 // still search the alias, which the caller moves next: the registry goes
 // first, so that a switch killed between the two is finished by the next
 // (Set.Switching finds it registered). A switch recorded already changes
-// nothing; a sw.To that is not building any more, or a sw.From that is not
-// live, is refused (*generation.ConflictError): another switch or an abort
-// ran meanwhile. With requireFilled, a fill not done is refused too.
+// nothing; a sw.To that is neither building nor retiring (a switch back),
+// or a sw.From that is not live, is refused (*generation.ConflictError):
+// another switch, a retire or an abort ran meanwhile. With requireFilled,
+// a fill not done is refused too.
 func (s *Store) SwitchGeneration(ctx context.Context, sw generation.Switch, requireFilled bool) error {
 	alias, to, from := sw.To.Alias, sw.To.Number, sw.From.Number
 	return s.changeSet(ctx, fmt.Sprintf("switch to index generation %d", to), func(tx pgx.Tx) (bool, error) {
@@ -374,11 +375,11 @@ func (s *Store) SwitchGeneration(ctx context.Context, sw generation.Switch, requ
 			return false, &generation.ConflictError{Why: fmt.Sprintf("there is no generation %d", to)}
 		case target.State == generation.Live:
 			return false, nil
-		case target.State != generation.Building:
-			return false, &generation.ConflictError{Why: fmt.Sprintf("generation %d is %s: only the generation being built can be switched to", to, target.State)}
+		case target.State != generation.Building && target.State != generation.Retiring:
+			return false, &generation.ConflictError{Why: fmt.Sprintf("generation %d is %s: only a generation being built, or a retiring one, can be switched to", to, target.State)}
 		case live == nil || live.Number != from:
 			return false, &generation.ConflictError{Why: fmt.Sprintf("generation %d is no longer the live one (another switch ran meanwhile)", from)}
-		case requireFilled && !target.Fill.Done:
+		case requireFilled && target.State == generation.Building && !target.Fill.Done:
 			return false, &generation.ConflictError{Why: fmt.Sprintf("the fill of generation %d is not done", to)}
 		}
 		// The old live one first: one live generation per alias.

@@ -229,7 +229,7 @@ func TestSwitchGeneration(t *testing.T) {
 		t.Fatalf("after the switch: epoch %d, %v, %v; want epoch 3, generation 1 retiring, 2 live", epoch, set, err)
 	}
 	// The registry's switch found again: only the alias is left.
-	again, err := set.Switching(false)
+	again, err := set.Switching(0, false)
 	if err != nil || !again.Registered || again.To.Number != 2 || again.From.Number != 1 {
 		t.Fatalf("Switching after the switch = %+v, %v; want the registered switch from 1 to 2", again, err)
 	}
@@ -241,8 +241,18 @@ func TestSwitchGeneration(t *testing.T) {
 	if err := s.SwitchGeneration(ctx, generation.Switch{To: g3, From: g1}, false); err == nil || !strings.Contains(err.Error(), "no longer the live one") {
 		t.Fatalf("a switch from a generation no longer live = %v, want a refusal", err)
 	}
-	if err := s.SwitchGeneration(ctx, generation.Switch{To: g1, From: g2}, false); err == nil {
-		t.Fatal("a switch to a retiring generation, want a refusal")
+	// Back to generation 1, which run still writes: no fill to be done.
+	if err := s.SwitchGeneration(ctx, generation.Switch{To: g1, From: g2}, true); err != nil {
+		t.Fatalf("a switch back to the retiring generation: %v", err)
+	}
+	if _, set, err := s.GenerationSet(ctx, "c"); err != nil || set[0].State != generation.Live || set[1].State != generation.Retiring {
+		t.Fatalf("after the switch back: %v, %v; want generation 1 live, 2 retiring", set, err)
+	}
+	if _, err := s.RetireGeneration(ctx, g2, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SwitchGeneration(ctx, generation.Switch{To: g2, From: g1}, false); err == nil || !strings.Contains(err.Error(), "retired") {
+		t.Fatalf("a switch to a retired generation = %v, want a refusal", err)
 	}
 }
 
