@@ -3,6 +3,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"slices"
@@ -15,6 +16,9 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/qdrant/go-client/qdrant"
 	"github.com/twmb/franz-go/pkg/kgo"
+
+	"github.com/projector/projector/internal/embed"
+	"github.com/projector/projector/internal/testenv"
 )
 
 // TestGenerationBuiltBesideTheLiveOne builds a generation of another
@@ -116,7 +120,11 @@ func TestGenerationBuiltBesideTheLiveOne(t *testing.T) {
 // 100 ms, with other chunk counts, now and then a withdrawal, until the
 // function it returns is called, which returns the first error of a
 // produce.
-func (w *world) flow(documents int) (stop func() error) {
+func (w *world) flow(documents int) (stop func() error) { return w.flowOf("doc", documents, true) }
+
+// flowOf is flow of the documents named <name>-00.., withdrawn now and
+// then only with withdraw.
+func (w *world) flowOf(name string, documents int, withdraw bool) (stop func() error) {
 	done := make(chan struct{})
 	var (
 		flowing  sync.WaitGroup
@@ -132,7 +140,7 @@ func (w *world) flow(documents int) (stop func() error) {
 			}
 			var recs []*kgo.Record
 			for i := range documents {
-				key := w.key(fmt.Sprintf("doc-%02d", i))
+				key := w.key(fmt.Sprintf("%s-%02d", name, i))
 				value := fmt.Sprintf(`{"document_key":%q,"version":%d,"chunks":[`, key, v)
 				for c := range 1 + (v+i)%4 {
 					if c > 0 {
@@ -141,7 +149,7 @@ func (w *world) flow(documents int) (stop func() error) {
 					value += fmt.Sprintf(`{"text":"chunk %d of %s at version %d"}`, c, key, v)
 				}
 				value += "]}"
-				if (v+i)%7 == 0 {
+				if withdraw && (v+i)%7 == 0 {
 					value = fmt.Sprintf(`{"document_key":%q,"version":%d,"op":"withdraw"}`, key, v)
 				}
 				recs = append(recs, &kgo.Record{Topic: w.topic, Key: []byte(key), Value: []byte(value)})
@@ -273,5 +281,300 @@ func TestGenerationAborted(t *testing.T) {
 	out, errOut, code := w.cli(append([]string{"generation", "start", "--embedder", "hashing", "--embed-dim", "8"}, w.storeFlags()...)...)
 	if code != 0 || !strings.Contains(out, "generation 3 (building, collection "+w.collection+"_g3") {
 		t.Errorf("generation start after an abort: exit %d\n%s%s", code, out, errOut)
+	}
+}
+
+// TestGenerationSwitchedAndRetired is issue 29's done-when: while
+// documents flow, a generation of another model (another dimension) is
+// started, filled, switched to and the old one retired, with SIGKILLs of
+// the fill and of a run member; a reader searching the alias the whole
+// time never gets an error, nor nothing of a live document; at the end
+// the live generation holds exactly the relational copy's chunks with the
+// new model's vectors, and a replay from earliest leaves it unchanged.
+// E2E_GENERATION_DOCUMENTS sizes the documents flowing (CI: 40).
+func TestGenerationSwitchedAndRetired(t *testing.T) {
+	documents := testenv.Size(t, "E2E_GENERATION_DOCUMENTS", 40, 1)
+	w := newWorld(t, 2)
+	// A killed member holds the group's rebalance (and its commits) until
+	// its session times out.
+	oldRun := []string{"--embedder", "hashing", "--embed-dim", "384", "--session-timeout", "6s"}
+	newFlags := []string{"--embedder", "hashing", "--embed-dim", "16"}
+	newRun := append([]string{"--session-timeout", "6s"}, newFlags...)
+	p1, p2 := w.start(nil, oldRun...), w.start(nil, oldRun...)
+	p1.waitReady()
+	p2.waitReady()
+
+	// Anchors: live documents the whole test, each written again and
+	// again, which the reader must always find.
+	const anchors = 5
+	stopAnchors := w.flowOf("anchor", anchors, false)
+	defer stopAnchors()
+	var anchorKeys []string
+	for i := range anchors {
+		anchorKeys = append(anchorKeys, w.key(fmt.Sprintf("anchor-%02d", i)))
+	}
+	waitFor(t, time.Minute, "the anchors in the live generation", func() bool {
+		for _, key := range anchorKeys {
+			if n, err := w.aliasPoints(key); err != nil || n == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	stopReader := w.readAlias(anchorKeys)
+	defer stopReader()
+	stopFlow := w.flow(documents)
+	defer stopFlow()
+	time.Sleep(time.Second)
+
+	generation := func(action string, extra ...string) (string, string, int) {
+		t.Helper()
+		return w.cli(append(append([]string{"generation", action}, w.storeFlags()...), extra...)...)
+	}
+	if out, errOut, code := generation("switch"); code == 0 || !strings.Contains(errOut, "nothing to switch to") {
+		t.Errorf("switch with nothing built: exit %d\n%s%s", code, out, errOut)
+	}
+
+	// The fill is killed once it has written a page, and a run member
+	// with it; the fill run again goes on once the lease expired.
+	start := append([]string{"generation", "start", "--fill-page-size", "3", "--fill-lease-ttl", "3s", "--execute"}, append(w.storeFlags(), newFlags...)...)
+	fill := exec.Command(bin, start...)
+	fill.Env = os.Environ()
+	var fillOut, fillErr syncBuffer
+	fill.Stdout, fill.Stderr = &fillOut, &fillErr
+	if err := fill.Start(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, time.Minute, "the fill's first progress line", func() bool { return strings.Contains(fillErr.String(), "generation 2: ") })
+	_ = fill.Process.Signal(syscall.SIGKILL)
+	_ = fill.Wait()
+	if !strings.Contains(fillOut.String(), "filled generation 2") { // killed before its last page
+		if out, errOut, code := generation("switch", "--execute"); code == 0 || !strings.Contains(errOut, "is not done") {
+			t.Errorf("switch before the fill is done: exit %d\n%s%s", code, out, errOut)
+		}
+	}
+	p1.kill()
+	p1 = w.start(nil, oldRun...)
+	waitFor(t, 2*time.Minute, "the fill run again to finish", func() bool {
+		out, errOut, code := w.cli(start...)
+		if code != 0 && !strings.Contains(errOut, "holds its lease") {
+			t.Fatalf("generation start --execute again: exit %d\n%s%s", code, out, errOut)
+		}
+		return code == 0
+	})
+
+	// The switch: a plan, then the registry and one alias operation.
+	if out, errOut, code := generation("switch"); code != 0 || !strings.Contains(out, "Nothing changed") {
+		t.Fatalf("switch without --execute: exit %d\n%s%s", code, out, errOut)
+	}
+	if target := w.aliasTarget(); target != w.collection+"_g1" {
+		t.Fatalf("the alias points at %q after a switch without --execute, want %s_g1", target, w.collection)
+	}
+	if out, errOut, code := generation("switch", "--execute"); code != 0 || !strings.Contains(out, "equal") || !strings.Contains(out, "readers search generation 2") {
+		t.Fatalf("switch --execute: exit %d\n%s%s", code, out, errOut)
+	}
+	if target := w.aliasTarget(); target != w.collection+"_g2" {
+		t.Fatalf("the alias points at %q after the switch, want %s_g2", target, w.collection)
+	}
+	// A switch killed after its registry step left the alias behind: run
+	// again, it moves the alias, and then has nothing to do.
+	if err := w.qd.CreateAlias(context.Background(), w.collection, w.collection+"_g1"); err != nil {
+		t.Fatal(err)
+	}
+	if out, errOut, code := generation("switch", "--execute"); code != 0 || !strings.Contains(out, "switched to generation 2 (live") || w.aliasTarget() != w.collection+"_g2" {
+		t.Fatalf("switch --execute finishing a half-done switch: exit %d, alias on %s\n%s%s", code, w.aliasTarget(), out, errOut)
+	}
+	if out, errOut, code := generation("switch", "--execute"); code != 0 || !strings.Contains(out, "nothing to switch") {
+		t.Errorf("switch --execute run again: exit %d\n%s%s", code, out, errOut)
+	}
+
+	// One member is rolled onto the new generation; the other, still
+	// writing the old one as its live one, halts at the retire.
+	p1.stop()
+	p1 = w.start(nil, newRun...)
+	p1.waitReady()
+	waitFor(t, time.Minute, "both members to own a partition", func() bool {
+		owned := func(p *proc) float64 {
+			return p.metrics()[`projector_partitions_owned{topic="`+w.topic+`"}`]
+		}
+		return owned(p1) >= 1 && owned(p2) >= 1
+	})
+	if out, errOut, code := generation("retire"); code != 0 || !strings.Contains(out, "Nothing changed") || !strings.Contains(out, "restart every member") {
+		t.Fatalf("retire without --execute: exit %d\n%s%s", code, out, errOut)
+	}
+	if out, errOut, code := generation("retire", "--grace", "0s", "--execute"); code != 0 || !strings.Contains(out, "deleted collection "+w.collection+"_g1") {
+		t.Fatalf("retire --execute: exit %d\n%s%s", code, out, errOut)
+	}
+	if out, errOut, code := generation("retire", "--execute"); code != 0 || !strings.Contains(out, "deleted already") {
+		t.Errorf("retire --execute run again: exit %d\n%s%s", code, out, errOut)
+	}
+	waitFor(t, time.Minute, "the member on the retired generation to halt", func() bool {
+		return p2.metrics()[`projector_partition_halts_total{reason="handle_error"}`] >= 1
+	})
+	if !strings.Contains(p2.log.String(), "restart the member") {
+		t.Errorf("the halted member's log does not say to restart it:\n%s", tail(p2.log.String(), 20))
+	}
+	if halts := p1.metrics()[`projector_partition_halts_total{reason="handle_error"}`]; halts != 0 {
+		t.Errorf("the member on the live generation halted %v partitions, want none", halts)
+	}
+	p2.kill()
+	p2 = w.start(nil, newRun...)
+
+	time.Sleep(2 * time.Second)
+	if err := stopFlow(); err != nil {
+		t.Fatalf("produce: %v", err)
+	}
+	if err := stopAnchors(); err != nil {
+		t.Fatalf("produce anchors: %v", err)
+	}
+	w.waitDrained(p2, 2*time.Minute)
+	reads, failures := stopReader()
+	t.Logf("the reader of the alias made %d reads", reads)
+	if len(failures) > 0 || reads == 0 {
+		t.Errorf("the reader of the alias made %d reads, %d failed: %v", reads, len(failures), failures[:min(len(failures), 5)])
+	}
+
+	// The live generation holds exactly the current chunks, each with the
+	// new model's vector.
+	want := w.relationalChunkIDs()
+	live := w.points(w.collection)
+	if got := slices.Sorted(maps.Keys(live)); !slices.Equal(got, want) || len(want) == 0 {
+		t.Errorf("the alias finds %d points, the relational store holds %d chunks; extra %v, missing %v", len(got), len(want), difference(got, want), difference(want, got))
+	}
+	requireVectorsOf(t, live, embed.NewHashing(16))
+	if exists, err := w.qd.CollectionExists(context.Background(), w.collection+"_g1"); err != nil || exists {
+		t.Errorf("the retired generation's collection exists: %v, %v", exists, err)
+	}
+	out, errOut, code := generation("status")
+	if code != 0 || !strings.Contains(out, "alias "+w.collection+" -> "+w.collection+"_g2") || !strings.Contains(out, "retired") {
+		t.Errorf("generation status: exit %d\n%s%s", code, out, errOut)
+	}
+
+	// A replay from earliest leaves the live generation as it is.
+	p1.stop()
+	p2.stop()
+	if out, errOut, code := w.replay("--to", "earliest", "--execute"); code != 0 {
+		t.Fatalf("replay: exit %d\n%s%s", code, out, errOut)
+	}
+	p1 = w.start(nil, newRun...)
+	w.waitDrained(p1, 2*time.Minute)
+	if again := w.points(w.collection); !maps.EqualFunc(again, live, func(a, b point) bool { return a.text == b.text && slices.Equal(a.vector, b.vector) }) {
+		got := slices.Sorted(maps.Keys(again))
+		wantIDs := slices.Sorted(maps.Keys(live))
+		t.Errorf("the replay changed the live generation: %d points, were %d; extra %v, missing %v", len(got), len(wantIDs), difference(got, wantIDs), difference(wantIDs, got))
+	}
+}
+
+// aliasTarget is the collection this world's alias points at ("": none).
+func (w *world) aliasTarget() string {
+	w.t.Helper()
+	aliases, err := w.qd.ListAliases(context.Background())
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	for _, a := range aliases {
+		if a.GetAliasName() == w.collection {
+			return a.GetCollectionName()
+		}
+	}
+	return ""
+}
+
+// aliasPoints counts the points of document key that a reader searching
+// this world's alias finds.
+func (w *world) aliasPoints(key string) (uint64, error) {
+	return w.qd.Count(context.Background(), &qdrant.CountPoints{
+		CollectionName: w.collection, Exact: qdrant.PtrOf(true),
+		Filter: &qdrant.Filter{Must: []*qdrant.Condition{qdrant.NewMatch("document_key", key)}},
+	})
+}
+
+// readAlias reads this world's alias for each of keys, over and over,
+// until the function it returns is called, which returns the reads made
+// and their failures: an error, or no point of a document.
+func (w *world) readAlias(keys []string) (stop func() (reads int, failures []string)) {
+	done := make(chan struct{})
+	var (
+		reading  sync.WaitGroup
+		once     sync.Once
+		n        int
+		failures []string
+	)
+	reading.Go(func() {
+		for {
+			for _, key := range keys {
+				select {
+				case <-done:
+					return
+				default:
+				}
+				count, err := w.aliasPoints(key)
+				n++
+				switch {
+				case err != nil:
+					failures = append(failures, fmt.Sprintf("%s at %s: %v", key, time.Now().Format(time.StampMilli), err))
+				case count == 0:
+					failures = append(failures, fmt.Sprintf("%s at %s: no point", key, time.Now().Format(time.StampMilli)))
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	return func() (int, []string) {
+		once.Do(func() { close(done) })
+		reading.Wait()
+		return n, failures
+	}
+}
+
+// point is a point's text and vector.
+type point struct {
+	text   string
+	vector []float32
+}
+
+// points are the points of collection (or alias) by id.
+func (w *world) points(collection string) map[string]point {
+	w.t.Helper()
+	out := map[string]point{}
+	var offset *qdrant.PointId
+	for {
+		pts, next, err := w.qd.ScrollAndOffset(context.Background(), &qdrant.ScrollPoints{
+			CollectionName: collection, Offset: offset, Limit: qdrant.PtrOf(uint32(1000)),
+			WithVectors: qdrant.NewWithVectors(true), WithPayload: qdrant.NewWithPayloadInclude("text"),
+		})
+		if err != nil {
+			w.t.Fatalf("scroll %s: %v", collection, err)
+		}
+		for _, p := range pts {
+			v := p.GetVectors().GetVector()
+			data := v.GetDense().GetData()
+			if len(data) == 0 {
+				data = v.GetData()
+			}
+			out[p.GetId().GetUuid()] = point{text: p.GetPayload()["text"].GetStringValue(), vector: data}
+		}
+		if next == nil {
+			return out
+		}
+		offset = next
+	}
+}
+
+// requireVectorsOf fails unless every point of pts holds the vector emb
+// computes from its text.
+func requireVectorsOf(t *testing.T, pts map[string]point, emb *embed.Hashing) {
+	t.Helper()
+	bad := 0
+	for id, p := range pts {
+		want, err := emb.Embed(context.Background(), []string{p.text})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.Equal(p.vector, want[0]) {
+			if bad++; bad <= 3 {
+				t.Errorf("point %s (%q) has a vector of dimension %d that is not the new model's (dimension %d)", id, p.text, len(p.vector), emb.Dim())
+			}
+		}
 	}
 }
