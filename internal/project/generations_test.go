@@ -342,3 +342,30 @@ func TestRetiredPrimaryHalts(t *testing.T) {
 		t.Errorf("relational store holds %v of a, want nothing written after the index failed", f.rel.chunks["a"])
 	}
 }
+
+// TestRetiredPrimaryHaltsTheSettle: the settle of a member whose live
+// generation was retired, and its collection deleted, stops with the
+// registry's word too, instead of retrying its write for ever.
+func TestRetiredPrimaryHaltsTheSettle(t *testing.T) {
+	f := newFixture(t, Config{})
+	clock := fakeclock.New()
+	f.p.d.Clock = clock
+	owner := Fence{Topic: "documents", Token: 2, LateUntil: clock.Now().Add(time.Minute)}
+	if err := f.p.Handle(context.Background(), owner, TopicID{}, []*kgo.Record{rec(0, "a", upsert("a", 2))}); err != nil {
+		t.Fatal(err)
+	}
+	f.index.mu.Lock()
+	delete(f.index.chunks, "a") // the settle has a to restore
+	f.index.mu.Unlock()
+	f.index.fail = func(*Write) error {
+		return &StoreError{Store: StoreIndex, Kind: Fatal, Err: errors.New("collection chunks_g1 not found")}
+	}
+	retired := &PermanentError{Err: errors.New("index generation 1 is retired: restart the member")}
+	f.p.d.Generations = &memGenerations{epoch: 1, err: retired}
+	clock.Advance(time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := f.p.Settle(ctx, owner); !errors.Is(err, retired) || ctx.Err() != nil {
+		t.Fatalf("Settle with a retired live generation = %v (ctx %v), want the registry's PermanentError at once", err, ctx.Err())
+	}
+}

@@ -155,7 +155,13 @@ func (p *Projector) settleGeneration(ctx context.Context, f Fence, g Generation,
 		return removed, restored, nil
 	}
 	err = p.retry(ctx, StoreIndex, func(ctx context.Context) error {
-		return p.writeIndex(ctx, f, func(ctx context.Context) error { return g.Index.Apply(ctx, fix) })
+		err := p.writeIndex(ctx, f, func(ctx context.Context) error { return g.Index.Apply(ctx, fix) })
+		if err != nil && g.Index == p.d.Index {
+			// The live generation retired under the member: a retry
+			// cannot succeed once its collection is gone.
+			return p.primaryFailed(ctx, err)
+		}
+		return err
 	})
 	if err != nil {
 		return 0, 0, err
