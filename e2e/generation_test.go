@@ -445,8 +445,9 @@ func TestGenerationSwitchedAndRetired(t *testing.T) {
 	if exists, err := w.qd.CollectionExists(context.Background(), w.collection+"_g1"); err != nil || exists {
 		t.Errorf("the retired generation's collection exists: %v, %v", exists, err)
 	}
-	out, errOut, code := generation("status")
-	if code != 0 || !strings.Contains(out, "alias "+w.collection+" -> "+w.collection+"_g2") || !strings.Contains(out, "retired") {
+	out, errOut, code := generation("status", "--compare")
+	if code != 0 || !strings.Contains(out, "alias "+w.collection+" -> "+w.collection+"_g2") || !strings.Contains(out, "retired") ||
+		!strings.Contains(out, "equal") || strings.Contains(out, "differ") {
 		t.Errorf("generation status: exit %d\n%s%s", code, out, errOut)
 	}
 

@@ -26,6 +26,7 @@ type generationFlags struct {
 	embed    embedderFlags
 	execute  bool
 	force    bool
+	compare  bool
 	to       int
 	grace    time.Duration
 	pageSize int
@@ -39,6 +40,7 @@ func (f *generationFlags) register(fs *flag.FlagSet) {
 	f.embed.register(fs)
 	fs.BoolVar(&f.execute, "execute", false, "start: create, register and fill the generation; switch: move the alias to it; retire: stop writing the old one, and delete it after --grace; abort: drop it; without it they print the plan and change nothing, as replay does")
 	fs.BoolVar(&f.force, "force", false, "switch: move the alias even when the generation's fill is not done or a reconcile of it is not clean (readers may then miss documents)")
+	fs.BoolVar(&f.compare, "compare", false, "status: compare each generation run writes with the relational copy, as switch does (three comparisons 2 s apart: it reads every chunk id of each)")
 	fs.IntVar(&f.to, "to", 0, "switch: the generation to switch to (0: the one being built); a retiring one is a switch back, possible until it is retired")
 	fs.DurationVar(&f.grace, "grace", time.Hour, "retire: how long the retired generation's collection is kept before a retire run again deletes it (members still writing it as their live one halt meanwhile; readers of its own name still find it)")
 	fs.IntVar(&f.pageSize, "fill-page-size", 256, "documents the fill reads, embeds and writes at once; a page must be written within five sixths of --fill-lease-ttl")
@@ -148,8 +150,10 @@ func generationStart(ctx context.Context, f *generationFlags, log *zap.Logger, s
 }
 
 // generationStatus prints each generation: its state, collection,
-// embedder, points and fill, and which one the alias points at.
-func generationStatus(ctx context.Context, _ *generationFlags, _ *zap.Logger, st *stores, e env) error {
+// embedder, points and fill, and which one the alias points at; with
+// --compare, whether each generation run writes equals the relational
+// copy.
+func generationStatus(ctx context.Context, f *generationFlags, log *zap.Logger, st *stores, e env) error {
 	kind, target, err := st.qdrant.Resolve(ctx, st.alias)
 	if err != nil {
 		return err
@@ -163,7 +167,7 @@ func generationStatus(ctx context.Context, _ *generationFlags, _ *zap.Logger, st
 		fmt.Fprintf(e.stdout, "alias %s does not exist: readers find nothing; projector migrate creates it\n", st.alias)
 	}
 	tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "GENERATION\tSTATE\tCOLLECTION\tEMBEDDER\tPOINTS\tFILL")
+	fmt.Fprintln(tw, "GENERATION\tSTATE\tCOLLECTION\tEMBEDDER\tPOINTS\tFILL\tRELATIONAL COPY")
 	for _, g := range st.generations {
 		points := "-"
 		if g.State.Written() {
@@ -180,7 +184,18 @@ func generationStatus(ctx context.Context, _ *generationFlags, _ *zap.Logger, st
 				fill += ", done"
 			}
 		}
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", g.Number, g.State, g.Collection, g.Embedder, points, fill)
+		equal := "-"
+		if f.compare && g.State.Written() {
+			differ, err := compareGeneration(ctx, log, st, g, e)
+			if err != nil {
+				return err
+			}
+			equal = "equal"
+			if len(differ) > 0 {
+				equal = fmt.Sprintf("%d documents differ", len(differ))
+			}
+		}
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%s\n", g.Number, g.State, g.Collection, g.Embedder, points, fill, equal)
 	}
 	return tw.Flush()
 }
@@ -246,12 +261,29 @@ func generationSwitch(ctx context.Context, f *generationFlags, log *zap.Logger, 
 }
 
 // checkGeneration compares generation g's collection with the relational
-// copy, as reconcile --generation does (generation.Verify), and returns an
-// error naming the documents that differ for real, if any.
+// copy (compareGeneration) and returns an error naming the documents that
+// differ for real, if any.
 func checkGeneration(ctx context.Context, log *zap.Logger, st *stores, g generation.Generation, e env) error {
+	differ, err := compareGeneration(ctx, log, st, g, e)
+	if err != nil {
+		return err
+	}
+	if len(differ) == 0 {
+		fmt.Fprintf(e.stdout, "compared %s with the relational copy: equal.\n", g)
+		return nil
+	}
+	keys := slices.Sorted(maps.Keys(differ))
+	return &generation.ConflictError{Why: fmt.Sprintf("%s differs from the relational copy in %d documents at the same version in %d comparisons (%s): projector reconcile --generation %d lists them; abort and start it again, or switch with --force",
+		g, len(differ), switchChecks, strings.Join(keys[:min(len(keys), 5)], ", "), g.Number)}
+}
+
+// compareGeneration compares generation g's collection with the
+// relational copy, as reconcile --generation does, switchChecks times
+// (generation.Verify), and returns the documents that differ for real.
+func compareGeneration(ctx context.Context, log *zap.Logger, st *stores, g generation.Generation, e env) (map[string]int64, error) {
 	idx := st.qdrant.ForCollection(g.Collection, g.Embedder.Dim)
 	pass := 0
-	differ, err := generation.Verify(ctx, func(ctx context.Context) (map[string]int64, error) {
+	return generation.Verify(ctx, func(ctx context.Context) (map[string]int64, error) {
 		pass++
 		found := differing{}
 		rec := reconcile.New(reconcile.Config{}, log.With(zap.String("component", "reconcile")),
@@ -263,16 +295,6 @@ func checkGeneration(ctx context.Context, log *zap.Logger, st *stores, g generat
 		fmt.Fprintf(e.stderr, "comparison %d of %s with the relational copy: %d documents, %d differ\n", pass, g, sum.Documents, len(found))
 		return found, nil
 	}, switchChecks, switchPause)
-	if err != nil {
-		return err
-	}
-	if len(differ) == 0 {
-		fmt.Fprintf(e.stdout, "compared %s with the relational copy: equal.\n", g)
-		return nil
-	}
-	keys := slices.Sorted(maps.Keys(differ))
-	return &generation.ConflictError{Why: fmt.Sprintf("%s differs from the relational copy in %d documents at the same version in %d comparisons (%s): projector reconcile --generation %d lists them; abort and start it again, or switch with --force",
-		g, len(differ), switchChecks, strings.Join(keys[:min(len(keys), 5)], ", "), g.Number)}
 }
 
 // differing takes a reconcile's report: the documents that differ, with
