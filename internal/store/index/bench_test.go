@@ -1,6 +1,7 @@
 package index
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 	"testing"
@@ -59,6 +60,42 @@ func BenchmarkUpsertRequest(b *testing.B) {
 			b.Fatal(err)
 		}
 		if _, err := proto.Marshal(call); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkUpsertCalls is the projector's CPU for the upserts of a batch
+// as the service writes it: 100 documents of six chunks of 700 bytes with
+// 384-dimensional vectors and their event positions, cut into calls of
+// the default --qdrant-upsert-batch, each with its update_filter, and
+// encoded as gRPC sends them.
+func BenchmarkUpsertCalls(b *testing.B) {
+	w := &project.Write{}
+	for n := range 100 {
+		texts := make([]string, 6)
+		for i := range texts {
+			texts[i] = strings.Repeat(fmt.Sprintf("chunk %d of benchmark document %d. ", i, n), 20)
+		}
+		d := storetest.Doc(fmt.Sprintf("tenant-7/report-%d", n), 42, texts...)
+		d.Position = project.Position{Topic: "documents", Partition: 3, Offset: int64(123456 + n)}
+		for i := range d.Chunks {
+			d.Chunks[i].Vector = make([]float32, 384)
+			for j := range d.Chunks[i].Vector {
+				d.Chunks[i].Vector[j] = float32(j) / 384
+			}
+		}
+		w.Live = append(w.Live, d)
+	}
+	s := &Store{cfg: Config{Collection: "chunks", UpsertBatch: 256, UpsertMaxBytes: DefaultUpsertMaxBytes}}
+	b.ReportAllocs()
+	for b.Loop() {
+		var encodeErr error
+		err := s.upsertCalls(w, func(call *qdrant.UpsertPoints) bool {
+			_, encodeErr = proto.Marshal(call)
+			return encodeErr == nil
+		})
+		if err = cmp.Or(err, encodeErr); err != nil {
 			b.Fatal(err)
 		}
 	}
