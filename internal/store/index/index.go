@@ -362,7 +362,6 @@ func (s *Store) upsertCalls(w *project.Write, send func(*qdrant.UpsertPoints) bo
 			if points == nil {
 				points = newCall()
 			}
-			left--
 			start := len(points)
 			points, err = doc.appendPoint(points, &c)
 			if err == nil {
@@ -390,6 +389,7 @@ func (s *Store) upsertCalls(w *project.Write, send func(*qdrant.UpsertPoints) bo
 				inCall = true
 			}
 			count++
+			left--
 			size += need
 			if count == s.cfg.UpsertBatch {
 				if !flush() {
