@@ -48,12 +48,7 @@ func TestClusterBrokerFailover(t *testing.T) {
 	rng := rand.New(rand.NewPCG(19, 23))
 	h := newHistory(w, rng, events/4)
 	m := newModel()
-	var recs []*kgo.Record
-	for range events {
-		ev := h.next()
-		m.apply(ev)
-		recs = append(recs, ev.record())
-	}
+	recs := h.records(m, events)
 	// A pause after each graph write keeps the members busy while the
 	// brokers die: the stream is consumed during the failovers, not after.
 	args := []string{"--batch-records", "20", "--max-poll-records", "100"}

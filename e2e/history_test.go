@@ -62,6 +62,18 @@ func (h *history) upsert(d *docHistory, version int64) doc {
 	return ev
 }
 
+// records returns the records of the history's next n events, each
+// applied to m in order.
+func (h *history) records(m *model, n int) []*kgo.Record {
+	recs := make([]*kgo.Record, 0, n)
+	for range n {
+		ev := h.next()
+		m.apply(ev)
+		recs = append(recs, ev.record())
+	}
+	return recs
+}
+
 // next returns the next event of a random document.
 func (h *history) next() doc {
 	if len(h.pending) > 0 {

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/twmb/franz-go/pkg/kgo"
-
 	"github.com/projector/projector/internal/testenv"
 )
 
@@ -153,12 +151,7 @@ func TestFrozenMembers(t *testing.T) {
 	rng := rand.New(rand.NewPCG(29, 31))
 	h := newHistory(w, rng, events/5)
 	m := newModel()
-	var recs []*kgo.Record
-	for range events {
-		ev := h.next()
-		m.apply(ev)
-		recs = append(recs, ev.record())
-	}
+	recs := h.records(m, events)
 	args := []string{"--batch-records", "20", "--max-poll-records", "100",
 		"--session-timeout", "6s", "--rebalance-timeout", "6s", "--revoke-timeout", "2s"}
 	var members []*proc

@@ -17,8 +17,10 @@ import (
 
 // TestBacklogMemory drains a large backlog and prints the process's peak
 // resident memory, which the fetch and batch limits bound whatever the
-// backlog. The ceiling asserted is generous: it catches memory that grows
-// with the backlog, not a few megabytes.
+// backlog. The ceiling asserted catches memory that grows with the backlog
+// and a return of the held polls that kept their whole fetch (403-467 MiB,
+// against 203-302 MiB without; docs/benchmarks.md, "Memory"), not a few
+// megabytes.
 func TestBacklogMemory(t *testing.T) {
 	if testing.Short() {
 		t.Skip("drains a large backlog")
@@ -42,7 +44,7 @@ func TestBacklogMemory(t *testing.T) {
 	peak := peakRSS(t, p)
 	p.stop()
 	t.Logf("drained %d events in %s (%.0f events/s); peak RSS %.1f MiB", events, elapsed.Round(time.Second), float64(events)/elapsed.Seconds(), float64(peak)/(1<<20))
-	if limit := int64(512 << 20); peak > limit {
+	if limit := int64(352 << 20); peak > limit {
 		t.Errorf("peak RSS %d MiB, want under %d MiB", peak>>20, limit>>20)
 	}
 	var n int

@@ -27,12 +27,7 @@ func TestRebalance(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 17))
 	h := newHistory(w, rng, events/4)
 	m := newModel()
-	var recs []*kgo.Record
-	for i := 0; i < events; i++ {
-		ev := h.next()
-		m.apply(ev)
-		recs = append(recs, ev.record())
-	}
+	recs := h.records(m, events)
 	// Short sessions so the dead member's partitions move within seconds.
 	args := []string{"--batch-records", "20", "--max-poll-records", "100", "--session-timeout", "6s"}
 	produce := func(part []*kgo.Record) {

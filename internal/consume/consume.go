@@ -68,7 +68,10 @@ type Fences interface {
 type Config struct {
 	Topic string
 	Group string
-	// MaxPollRecords bounds the records of one poll across partitions.
+	// MaxPollRecords bounds the records of one poll across partitions. A
+	// partition's worker holds the poll it handles and at most one more
+	// waiting, so with FetchMaxBytes (what the client buffers) it bounds
+	// the records a member holds, whatever the backlog.
 	MaxPollRecords int
 	// BatchRecords bounds the records of one Handle call; the worker
 	// commits after each.

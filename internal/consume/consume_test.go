@@ -158,6 +158,18 @@ func (f handlerFunc) Handle(ctx context.Context, _ project.Fence, _ project.Topi
 
 func (handlerFunc) Settle(context.Context, project.Fence) error { return nil }
 
+// holdUntil is a handler whose every batch waits for release (or its
+// context), as behind a store that does not answer.
+func holdUntil(release <-chan struct{}) Handler {
+	return handlerFunc(func(ctx context.Context, _ []*kgo.Record) error {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return nil
+	})
+}
+
 // waitFor polls cond until it holds; it fails the test only when cond never
 // holds, so no assertion depends on how long anything takes.
 func waitFor(t *testing.T, what string, cond func() bool) {
@@ -432,13 +444,7 @@ func mostPendingPolls(c *Consumer) int {
 func TestThrottledPartitionIsNotStalled(t *testing.T) {
 	c := newCluster(t, 1, 1000)
 	release := make(chan struct{})
-	m := c.startWith("throttled", handlerFunc(func(ctx context.Context, _ []*kgo.Record) error {
-		select {
-		case <-release:
-		case <-ctx.Done():
-		}
-		return nil
-	}), func(cfg *Config) {
+	m := c.startWith("throttled", holdUntil(release), func(cfg *Config) {
 		cfg.MaxPollRecords, cfg.StallTimeout, cfg.LagInterval = 150, 100*time.Millisecond, 20*time.Millisecond
 	})
 	defer close(release)

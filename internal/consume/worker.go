@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -116,7 +117,11 @@ func (w *worker) enqueue(topicID project.TopicID, recs []*kgo.Record, highWaterm
 	if w.halted.Load() {
 		return // left uncommitted; fetching the partition is paused
 	}
-	p := polled{topicID: topicID, recs: recs, received: time.Now()}
+	// recs is a sub-slice of the client's records of the whole fetched
+	// partition, which the client drops once the partition is paused: a
+	// copy keeps only this poll's records, and the batches they were
+	// decompressed into, in memory, not every record of the fetch.
+	p := polled{topicID: topicID, recs: slices.Clone(recs), received: time.Now()}
 	w.mu.Lock()
 	w.pending = append(w.pending, p.received)
 	w.backlogSince = time.Time{}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -39,7 +40,7 @@ func TestExplore(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := openStores(t)
-	e := &explorer{stores: s, refs: map[string]snapshot{}}
+	e := newExplorer(s)
 	var mu sync.Mutex
 	outcomes := map[string]string{}
 	// The cases run in parallel (go test -parallel), each in a partition
@@ -80,6 +81,45 @@ func TestExplore(t *testing.T) {
 		if err := writeTable(outcomes); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// TestReferenceDeliveredOnce has two cases of a kind ask for its reference
+// at once, as the first parallel cases of a kind do: one clean delivery
+// must serve both. Two deliveries write one document from two partitions
+// at a time, and under load (a repair's lease holding up one's relational
+// write) one read the other's half-written state: a reference whose graph
+// still held version 1 failed a correct case.
+func TestReferenceDeliveredOnce(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the explorer needs the real stores")
+	}
+	e := newExplorer(openStores(t))
+	const asking = 2
+	var arrived sync.WaitGroup
+	arrived.Add(asking)
+	e.askedRef = func() {
+		arrived.Done()
+		arrived.Wait()
+	}
+	k := kinds[0]
+	snaps := make([]snapshot, asking)
+	errs := make([]error, asking)
+	var done sync.WaitGroup
+	for i := range asking {
+		done.Go(func() { snaps[i], errs[i] = e.ref(t.Context(), k) })
+	}
+	done.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := e.delivered.Load(); n != 1 {
+		t.Errorf("%d clean deliveries of %s for %d cases asking at once, want 1", n, k.name, asking)
+	}
+	if d := snaps[1].diff(snaps[0]); d != "" {
+		t.Errorf("the cases got different references:\n%s", d)
 	}
 }
 
@@ -127,7 +167,26 @@ type explorer struct {
 	stores *stores
 	mu     sync.Mutex
 	next   int32
-	refs   map[string]snapshot
+	refs   map[string]*reference
+	// delivered counts the clean deliveries made for references.
+	delivered atomic.Int32
+	// askedRef, when set, is called by every case asking for a reference
+	// before it looks: a test's way to have cases ask at once.
+	askedRef func()
+}
+
+func newExplorer(s *stores) *explorer {
+	return &explorer{stores: s, refs: map[string]*reference{}}
+}
+
+// reference is one clean delivery of a kind's log, made once for every
+// case of the kind: its document key is the kind's, so two deliveries at
+// once would be two writers of one document from two partitions, which
+// no log can produce, and each could read the other's half-written state.
+type reference struct {
+	once sync.Once
+	snap snapshot
+	err  error
 }
 
 func (e *explorer) partition() int32 {
@@ -207,13 +266,26 @@ func (b *letterBox) reasons() []string {
 
 // ref is what one clean delivery of k's log leaves in the stores: one
 // member projects the prefix, then the rest, in a partition of its own.
+// The first case of a kind to ask makes the delivery; the others wait for
+// it.
 func (e *explorer) ref(ctx context.Context, k kind) (snapshot, error) {
-	e.mu.Lock()
-	snap, ok := e.refs[k.name]
-	e.mu.Unlock()
-	if ok {
-		return snap, nil
+	if e.askedRef != nil {
+		e.askedRef()
 	}
+	e.mu.Lock()
+	r, ok := e.refs[k.name]
+	if !ok {
+		r = &reference{}
+		e.refs[k.name] = r
+	}
+	e.mu.Unlock()
+	r.once.Do(func() { r.snap, r.err = e.deliver(ctx, k) })
+	return r.snap, r.err
+}
+
+// deliver projects k's log once, cleanly, and reads what the stores hold.
+func (e *explorer) deliver(ctx context.Context, k kind) (snapshot, error) {
+	e.delivered.Add(1)
 	part := e.partition()
 	key := fmt.Sprintf("%s/ref-%s", e.stores.run, k.name)
 	recs := k.records(e.stores.topic, part, key)
@@ -233,14 +305,7 @@ func (e *explorer) ref(ctx context.Context, k kind) (snapshot, error) {
 	if got := m.letters.reasons(); len(got) > 0 {
 		return nil, fmt.Errorf("clean delivery sent dead letters: %v", got)
 	}
-	snap, err = e.stores.snapshot(ctx, key)
-	if err != nil {
-		return nil, err
-	}
-	e.mu.Lock()
-	e.refs[k.name] = snap
-	e.mu.Unlock()
-	return snap, nil
+	return e.stores.snapshot(ctx, key)
 }
 
 // caseRun is what a case's writers share: its partition, document, log,

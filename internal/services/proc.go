@@ -94,7 +94,28 @@ func (r *Runner) launch(name, dir string, argv ...string) error {
 	if err := cmd.Process.Release(); err != nil {
 		return fmt.Errorf("%s: %w", name, err)
 	}
-	return os.WriteFile(r.pidFile(name), []byte(strconv.Itoa(pid)+"\n"), 0o644)
+	if err := os.WriteFile(r.pidFile(name), []byte(strconv.Itoa(pid)+"\n"), 0o644); err != nil {
+		return err
+	}
+	awaitArguments(pid)
+	return nil
+}
+
+// argumentsWait bounds awaitArguments: far above the moment it takes,
+// which only a loaded machine stretches.
+const argumentsWait = 5 * time.Second
+
+// awaitArguments waits until pid's command line can be read, or pid is
+// gone. cmd.Start returns once the child's exec has begun, a moment before
+// the kernel gives the new program its arguments: until then
+// /proc/PID/cmdline reads empty, and runningPID, which knows a service by
+// its command line, would say a service just started is not running (the
+// ready wait then reported "the process exited").
+func awaitArguments(pid int) {
+	deadline := time.Now().Add(argumentsWait)
+	for cmdline(pid) == "" && alive(pid) && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
 }
 
 // killPID sends SIGTERM, waits up to StopTimeout, then sends SIGKILL.

@@ -281,3 +281,25 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 	}
 }
+
+// TestLaunchedServiceRunsAtOnce checks, over many launches, that a
+// service is seen running as soon as launch returns. The child's exec
+// lets cmd.Start return a moment before the kernel gives the new program
+// its arguments; until then /proc/PID/cmdline reads empty, and a check
+// made in that moment (the ready wait's first "is it still running")
+// said that a service just started had exited. Under load (a CI run
+// beside other work) one launch in hundreds hit it.
+func TestLaunchedServiceRunsAtOnce(t *testing.T) {
+	r, _, _ := newTestRunner(t)
+	for i := range 300 {
+		name := fmt.Sprintf("fake-%d", i)
+		if err := r.launch(name, "", "sh", "-c", "sleep 10; : "+r.cfg.servicesDir()+"/"); err != nil {
+			t.Fatal(err)
+		}
+		pid, ok := r.runningPID(name)
+		if !ok {
+			t.Fatalf("launch %d of %s: not running when launch returned", i+1, name)
+		}
+		_ = exec.Command("kill", "-KILL", strconv.Itoa(pid)).Run()
+	}
+}

@@ -282,39 +282,70 @@ func (s *Store) deleteSelected(ctx context.Context, selector []byte) error {
 func (s *Store) upsert(ctx context.Context, w *project.Write) error {
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(s.cfg.UpsertConcurrency)
-	// points holds the encoded points of the call being filled (wire.go),
-	// sized for a call's share of the write's points, so that it seldom
-	// grows.
-	var points []byte
-	perCall := min(s.cfg.UpsertMaxBytes, estimatedPointBytes(w)/max(1, (pointsOf(w)+s.cfg.UpsertBatch-1)/s.cfg.UpsertBatch))
-	count := 0
-	size := upsertOverhead + len(s.cfg.Collection)
-	// replace holds, per document of the call, the condition on its stored
-	// points that they may be replaced: the shoulds of the call's
-	// update_filter, encoded.
-	var replace []byte
-	flush := func() {
-		if count == 0 {
-			return
-		}
-		call := &qdrant.UpsertPoints{CollectionName: s.cfg.Collection, Wait: qdrant.PtrOf(true)}
-		if !w.Exact {
-			points = appendUpdateFilter(points, replace)
-		}
-		call.ProtoReflect().SetUnknown(points)
-		points, count, replace = nil, 0, nil
-		size = upsertOverhead + len(s.cfg.Collection)
+	// stopped is why building stopped early: an upsert failed or ctx
+	// ended, and building more is pointless.
+	var stopped error
+	err := s.upsertCalls(w, func(call *qdrant.UpsertPoints) bool {
 		g.Go(func() error {
 			if _, err := s.client.Upsert(gctx, call); err != nil {
 				return classify(ctx, fmt.Errorf("upsert points: %w", err))
 			}
 			return nil
 		})
+		if gctx.Err() != nil {
+			stopped = context.Cause(gctx)
+			return false
+		}
+		return true
+	})
+	werr := g.Wait()
+	switch {
+	case err != nil:
+		return err
+	case werr != nil:
+		return werr
+	case stopped != nil:
+		return classify(ctx, fmt.Errorf("upsert points: %w", stopped))
+	}
+	return nil
+}
+
+// upsertCalls builds the upsert calls of w.Live, of at most UpsertBatch
+// points and UpsertMaxBytes bytes each, and gives each to send as it is
+// complete, until send returns false.
+func (s *Store) upsertCalls(w *project.Write, send func(*qdrant.UpsertPoints) bool) error {
+	// points holds the encoded points of the call being filled (wire.go)
+	// and then its update_filter, sized for the points the call will hold
+	// and their conditions, so that it seldom grows: growing it copies
+	// all of it.
+	var points []byte
+	left := pointsOf(w)
+	perPoint := (estimatedPointBytes(w) + estimatedReplaceBytes(w)) / max(1, left)
+	newCall := func() []byte {
+		return make([]byte, 0, min(s.cfg.UpsertMaxBytes, perPoint*min(s.cfg.UpsertBatch, left)))
+	}
+	count := 0
+	size := upsertOverhead + len(s.cfg.Collection)
+	// replace holds, per document of the call, the condition on its stored
+	// points that they may be replaced: the shoulds of the call's
+	// update_filter, encoded.
+	var replace []byte
+	flush := func() bool {
+		if count == 0 {
+			return true
+		}
+		call := &qdrant.UpsertPoints{CollectionName: s.cfg.Collection, Wait: qdrant.PtrOf(true)}
+		if !w.Exact {
+			points = appendUpdateFilter(points, replace)
+		}
+		call.ProtoReflect().SetUnknown(points)
+		points, count, replace = nil, 0, replace[:0]
+		size = upsertOverhead + len(s.cfg.Collection)
+		return send(call)
 	}
 	for _, d := range w.Live {
 		doc, err := newDocumentWire(&d)
 		if err != nil {
-			_ = g.Wait()
 			return err
 		}
 		// The condition goes into every call that holds a point of the
@@ -329,7 +360,7 @@ func (s *Store) upsert(ctx context.Context, w *project.Write) error {
 		inCall := false
 		for _, c := range d.Chunks {
 			if points == nil {
-				points = make([]byte, 0, perCall)
+				points = newCall()
 			}
 			start := len(points)
 			points, err = doc.appendPoint(points, &c)
@@ -337,7 +368,6 @@ func (s *Store) upsert(ctx context.Context, w *project.Write) error {
 				err = s.checkPointSize(len(points)-start, &c, replaceBytes)
 			}
 			if err != nil {
-				_ = g.Wait()
 				return err
 			}
 			n := len(points) - start
@@ -348,8 +378,10 @@ func (s *Store) upsert(ctx context.Context, w *project.Write) error {
 			if count > 0 && size+need > s.cfg.UpsertMaxBytes {
 				point := slices.Clone(points[start:])
 				points = points[:start]
-				flush()
-				points = append(points, point...)
+				if !flush() {
+					return nil
+				}
+				points = append(newCall(), point...)
 				inCall, need = false, n+replaceBytes
 			}
 			if !inCall {
@@ -357,24 +389,18 @@ func (s *Store) upsert(ctx context.Context, w *project.Write) error {
 				inCall = true
 			}
 			count++
+			left--
 			size += need
 			if count == s.cfg.UpsertBatch {
-				flush()
-				inCall = false
-			}
-			if gctx.Err() != nil {
-				// An upsert failed or ctx ended: building more is
-				// pointless.
-				err := g.Wait()
-				if err == nil {
-					err = classify(ctx, fmt.Errorf("upsert points: %w", context.Cause(gctx)))
+				if !flush() {
+					return nil
 				}
-				return err
+				inCall = false
 			}
 		}
 	}
 	flush()
-	return g.Wait()
+	return nil
 }
 
 // pointsOf is the number of points w upserts.
@@ -395,6 +421,21 @@ func estimatedPointBytes(w *project.Write) int {
 		for _, c := range d.Chunks {
 			n += len(c.Text) + 4*len(c.Vector) + len(d.Title) + len(d.Source) + len(d.Key) + 320
 		}
+	}
+	return n
+}
+
+// estimatedReplaceBytes is about the size of the conditions w's upserts
+// send on its documents' stored points (appendDocReplace): each
+// document's key and position, and about a hundred bytes of field names
+// and framing.
+func estimatedReplaceBytes(w *project.Write) int {
+	if w.Exact {
+		return 0
+	}
+	n := 0
+	for _, d := range w.Live {
+		n += len(d.Key) + len(d.Position.Topic) + 160
 	}
 	return n
 }
