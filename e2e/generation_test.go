@@ -306,21 +306,8 @@ func TestGenerationSwitchedAndRetired(t *testing.T) {
 
 	// Anchors: live documents the whole test, each written again and
 	// again, which the reader must always find.
-	const anchors = 5
-	stopAnchors := w.flowOf("anchor", anchors, false)
+	anchorKeys, stopAnchors := w.anchors(5)
 	defer stopAnchors()
-	var anchorKeys []string
-	for i := range anchors {
-		anchorKeys = append(anchorKeys, w.key(fmt.Sprintf("anchor-%02d", i)))
-	}
-	waitFor(t, time.Minute, "the anchors in the live generation", func() bool {
-		for _, key := range anchorKeys {
-			if n, err := w.aliasPoints(key); err != nil || n == 0 {
-				return false
-			}
-		}
-		return true
-	})
 	stopReader := w.readAlias(anchorKeys)
 	defer stopReader()
 	stopFlow := w.flow(documents)
@@ -464,6 +451,27 @@ func TestGenerationSwitchedAndRetired(t *testing.T) {
 		wantIDs := slices.Sorted(maps.Keys(live))
 		t.Errorf("the replay changed the live generation: %d points, were %d; extra %v, missing %v", len(got), len(wantIDs), difference(got, wantIDs), difference(wantIDs, got))
 	}
+}
+
+// anchors writes n live documents again and again until the function it
+// returns is called, which returns the producer's error, and waits until a
+// reader searching the alias finds each of them: the documents a reader
+// must find throughout a test.
+func (w *world) anchors(n int) (keys []string, stop func() error) {
+	w.t.Helper()
+	stop = w.flowOf("anchor", n, false)
+	for i := range n {
+		keys = append(keys, w.key(fmt.Sprintf("anchor-%02d", i)))
+	}
+	waitFor(w.t, time.Minute, "the anchors behind the alias", func() bool {
+		for _, key := range keys {
+			if n, err := w.aliasPoints(key); err != nil || n == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	return keys, stop
 }
 
 // aliasTarget is the collection this world's alias points at ("": none).
