@@ -27,6 +27,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kadm"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/projector/projector/internal/store/index"
 	"github.com/projector/projector/internal/testenv"
 )
 
@@ -149,7 +150,7 @@ func (w *world) close() {
 	if err := testenv.DeleteGraph(ctx, w.neo, w.prefix, w.topic); err != nil {
 		w.t.Errorf("the graph keeps nodes of this test: %v", err)
 	}
-	_ = w.qd.DeleteCollection(ctx, w.collection)
+	_ = index.DropCollections(ctx, w.qd, w.collection)
 	if names, err := w.qd.ListCollections(ctx); err == nil {
 		for _, name := range names {
 			if name == w.collection || strings.HasPrefix(name, w.collection+"_") {

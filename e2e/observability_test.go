@@ -19,6 +19,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	pmodel "github.com/prometheus/common/model"
 	"gopkg.in/yaml.v3"
+
+	"github.com/projector/projector/internal/store/index"
 )
 
 // TestObservability runs the projector the way an operator watches it and
@@ -95,7 +97,7 @@ func TestObservability(t *testing.T) {
 	// This run also embeds through an HTTP endpoint, so the embedder's own
 	// metrics are scraped too (into a collection of the endpoint's size).
 	embedder := newEmbedServer(t, 0)
-	t.Cleanup(func() { _ = w.qd.DeleteCollection(context.Background(), w.collection+"_http") })
+	t.Cleanup(func() { _ = index.DropCollections(context.Background(), w.qd, w.collection+"_http") })
 	p = w.start(append([]string{"PROJECTOR_FAULTS=drop-index=" + w.key("dropped")}, embedEnv...),
 		embedder.embedArgs("--on-fence-mismatch", "halt", "--trace-topic", traceTopic, "--qdrant-collection", w.collection+"_http")...)
 	m = p.waitMetrics(2*time.Minute, "a halted partition", func(m map[string]float64) bool {

@@ -24,6 +24,7 @@ import (
 	"github.com/qdrant/go-client/qdrant"
 	"github.com/twmb/franz-go/pkg/kgo"
 
+	"github.com/projector/projector/internal/store/index"
 	"github.com/projector/projector/internal/testenv"
 	"github.com/projector/projector/internal/testtls"
 )
@@ -193,7 +194,7 @@ func (s *secured) cleanup() {
 		_ = d.Close(ctx)
 	}
 	if c, err := s.qdrantClient(); err == nil {
-		_ = c.DeleteCollection(ctx, s.w.collection)
+		_ = index.DropCollections(ctx, c, s.w.collection)
 		_ = c.Close()
 	}
 }

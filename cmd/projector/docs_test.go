@@ -166,7 +166,7 @@ func splitWords(s string) ([]string, bool) {
 
 // takesArguments are the commands that take positional arguments; every
 // other command refuses them (unexpectedArgument).
-var takesArguments = map[string]bool{"ids": true, "resume": true}
+var takesArguments = map[string]bool{"ids": true, "resume": true, "generation": true}
 
 // TestDocsCommandsParse reads every `projector <command> ...` of the README
 // and docs/ the way the command would, so a command copied from the docs

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/projector/projector/internal/embed"
+	"github.com/projector/projector/internal/generation"
 	"github.com/projector/projector/internal/project"
 	"github.com/projector/projector/internal/store/postgres"
 )
@@ -102,6 +103,27 @@ func (f *embedderFlags) resolve(fs *flag.FlagSet, vectorDim *int, getenv func(st
 	}
 	f.apiKey = key
 	return nil
+}
+
+// generation is the embedder of the flags as the generation registry
+// records it (after resolve): what generation 1 gets when a migrate
+// registers it, and what a member's flags must be one of.
+func (f *embedderFlags) generation() generation.Embedder {
+	e := generation.Embedder{Kind: f.kind, Dim: f.dim, Distance: generation.DistanceCosine}
+	if f.kind == generation.EmbedderHTTP {
+		e.Model, e.URL = f.model, f.url
+	}
+	return e
+}
+
+// openGeneration returns the embedder of generation g as the registry
+// records it, with the transport settings of the flags (timeout, batch,
+// concurrency, cache, API key): every member embeds a generation alike,
+// whatever its own --embedder flags say.
+func (f *embedderFlags) openGeneration(ctx context.Context, log *zap.Logger, reg prometheus.Registerer, rel *postgres.Store, g generation.Generation) (project.Embedder, error) {
+	gf := *f
+	gf.kind, gf.model, gf.url, gf.dim = g.Embedder.Kind, g.Embedder.Model, g.Embedder.URL, g.Embedder.Dim
+	return gf.open(ctx, log.With(zap.Int("generation", g.Number)), reg, rel)
 }
 
 // open returns the embedder of the projection. With http it makes one

@@ -36,6 +36,9 @@ func ownVariables(command string) []string {
 		return []string{"timeout"}
 	case "ledger-prune":
 		return []string{"batch", "push-job"}
+	case "generation":
+		// switch --to is a generation's number, replay's a position.
+		return []string{"push-job", "to"}
 	case "redrive":
 		// --dry-run is not among them: it means what replay's means,
 		// change nothing, and PROJECTOR_DRY_RUN=true must keep both from

@@ -44,6 +44,8 @@ func TestVariablesSharedOnPurpose(t *testing.T) {
 		"embed-timeout", "embed-url",
 		// Change nothing: replay's and redrive's mean the same.
 		"dry-run",
+		// Act on the plan printed: replay's and generation's mean the same.
+		"execute",
 	}
 	readers := map[string][]string{}
 	for _, fs := range flagSets(t) {

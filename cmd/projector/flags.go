@@ -19,6 +19,7 @@ import (
 	"go.uber.org/zap/zapcore"
 
 	"github.com/projector/projector/internal/config"
+	"github.com/projector/projector/internal/generation"
 	"github.com/projector/projector/internal/project"
 	"github.com/projector/projector/internal/shutdown"
 	"github.com/projector/projector/internal/store/graph"
@@ -284,7 +285,7 @@ type storeFlags struct {
 
 func (s *storeFlags) register(fs *flag.FlagSet) {
 	fs.StringVar(&s.qdrantAddr, "qdrant-addr", "127.0.0.1:6334", "Qdrant gRPC address, host:port")
-	fs.StringVar(&s.qdrantCollection, "qdrant-collection", "chunks", "Qdrant collection of the chunks")
+	fs.StringVar(&s.qdrantCollection, "qdrant-collection", "chunks", "Qdrant collection alias that readers search; the projector writes each index generation's collection, <alias>_g<N> (docs/operations.md, \"Index generations\")")
 	fs.IntVar(&s.qdrantUpsertBatch, "qdrant-upsert-batch", 256, "points per Qdrant upsert call")
 	fs.IntVar(&s.qdrantUpsertBytes, "qdrant-upsert-max-bytes", index.DefaultUpsertMaxBytes, "bytes per Qdrant upsert call (a document's title and metadata are in every point's payload); keep it below the server's gRPC message limit; a record with a larger point is dead-lettered (store_rejected)")
 	fs.IntVar(&s.qdrantUpserts, "qdrant-upsert-concurrency", 4, "Qdrant upsert calls of one batch in flight at once (per partition); the filtered delete of old points waits for all of them")
@@ -323,9 +324,17 @@ func (s *storeFlags) registerRelational(fs *flag.FlagSet) {
 
 // stores are the three open store adapters.
 type stores struct {
+	// index writes the live generation's collection once migrate or
+	// useLive found it; before, the collection of --qdrant-collection.
 	index      *index.Store
 	graph      *graph.Store
 	relational *postgres.Store
+	// qdrant is the index adapter open returned, whose connection every
+	// generation's shares; alias is the collection readers search.
+	qdrant *index.Store
+	alias  string
+	// generations is the registry as migrate or useLive read it.
+	generations generation.Set
 	// exposed lists the secrets given on the command line, for migrate's
 	// warning.
 	exposed []exposedSecret
@@ -376,7 +385,7 @@ func (s *storeFlags) open(ctx context.Context) (*stores, error) {
 		_ = gr.Close(ctx)
 		return nil, err
 	}
-	return &stores{index: idx, graph: gr, relational: rel, exposed: s.exposedSecrets()}, nil
+	return &stores{index: idx, graph: gr, relational: rel, qdrant: idx, alias: s.qdrantCollection, exposed: s.exposedSecrets()}, nil
 }
 
 // openGraph opens the graph adapter of the flags; it connects lazily.
@@ -412,7 +421,7 @@ func (s *storeFlags) graphConfig(password string, tlsConfig *tls.Config) graph.C
 // process past the 10 s a stop may take. The error names those given up.
 func (st *stores) close(ctx context.Context) error {
 	return shutdown.CloseAll(ctx, shutdown.CloseTimeout,
-		shutdown.Closer{Name: "Qdrant", Close: func(context.Context) error { return st.index.Close() }},
+		shutdown.Closer{Name: "Qdrant", Close: func(context.Context) error { return st.qdrant.Close() }},
 		shutdown.Closer{Name: "Neo4j", Close: st.graph.Close},
 		shutdown.Closer{Name: "PostgreSQL", Close: func(context.Context) error {
 			st.relational.Close()
@@ -421,29 +430,35 @@ func (st *stores) close(ctx context.Context) error {
 	)
 }
 
-// migrate creates what each store needs, in the write order. A store that
+// migrate creates what each store needs: the relational schema first, as
+// it holds the registry of index generations; then, from the registry,
+// every generation's collection that run writes and the readers' alias of
+// the live one; then the graph's constraints. An empty registry gets
+// generation 1 with the embedder emb (generation.Bootstrap). A store that
 // does not answer yet is waited for (in a compose file the stores start
 // with the projector); a fatal problem such as a dimension mismatch or a
 // wrong credential stops, with an error that names the server. It is the
 // first thing `projector run` does with the stores, so it also warns about
 // secrets given on the command line. Without applySchema the relational
 // schema is only checked: it must be at this build's version already.
-func (st *stores) migrate(ctx context.Context, log *zap.Logger, applySchema bool) error {
+// Afterwards st.index writes the live generation.
+func (st *stores) migrate(ctx context.Context, log *zap.Logger, applySchema bool, emb generation.Embedder) error {
 	for _, e := range st.exposed {
 		log.Warn("a secret was given on the command line, where ps shows it to every user of the machine; set it through "+e.instead+" instead",
 			zap.String("flag", e.flag))
+	}
+	schema := st.relational.Migrate
+	if !applySchema {
+		schema = st.relational.CheckSchema
 	}
 	steps := []struct {
 		name   string
 		server string
 		fn     func(context.Context) error
 	}{
-		{project.StoreIndex, "Qdrant", st.index.Migrate},
+		{project.StoreRelational, "PostgreSQL", schema},
+		{project.StoreIndex, "Qdrant", func(ctx context.Context) error { return st.migrateGenerations(ctx, log, emb) }},
 		{project.StoreGraph, "Neo4j", st.graph.Migrate},
-		{project.StoreRelational, "PostgreSQL", st.relational.Migrate},
-	}
-	if !applySchema {
-		steps[2].fn = st.relational.CheckSchema
 	}
 	for _, s := range steps {
 		err := waitUntil(ctx, log, "store", s.fn, storeTransient, zap.String("store", s.name), zap.String("server", s.server))
@@ -452,4 +467,71 @@ func (st *stores) migrate(ctx context.Context, log *zap.Logger, applySchema bool
 		}
 	}
 	return nil
+}
+
+// migrateGenerations bootstraps the registry, creates the collection of
+// every generation run writes and the alias of the live one, and points
+// st.index at the live one.
+func (st *stores) migrateGenerations(ctx context.Context, log *zap.Logger, emb generation.Embedder) error {
+	set, err := generation.Bootstrap(ctx, st.relational, st.qdrant, st.alias, emb)
+	if err != nil {
+		return err
+	}
+	live, ok := set.Live()
+	if !ok {
+		return errors.New("the generation registry has no live generation")
+	}
+	for _, g := range set.Written() {
+		if err := st.qdrant.ForCollection(g.Collection, g.Embedder.Dim).Migrate(ctx); err != nil {
+			return fmt.Errorf("%s: %w", g, err)
+		}
+	}
+	if !live.Legacy(st.alias) {
+		if err := st.qdrant.EnsureAlias(ctx, st.alias, live.Collection); err != nil {
+			return err
+		}
+	}
+	st.useGenerations(set)
+	log.Info("index generations", zap.String("alias", st.alias), zap.Int("live", live.Number), zap.String("collection", live.Collection),
+		zap.Int("written", len(set.Written())))
+	return nil
+}
+
+// openLive opens the three adapters with st.index on the live generation
+// (useLive).
+func (s *storeFlags) openLive(ctx context.Context) (*stores, error) {
+	st, err := s.open(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := st.useLive(ctx); err != nil {
+		_ = st.close(context.WithoutCancel(ctx))
+		return nil, err
+	}
+	return st, nil
+}
+
+// useLive checks that the relational schema is at this build's version,
+// reads the registry and points st.index at the live generation, changing
+// nothing: for the commands that read the stores, and act on them
+// (reconcile, generation), on which stores nothing was projected to are
+// not empty stores. An empty registry leaves st.index on
+// --qdrant-collection.
+func (st *stores) useLive(ctx context.Context) error {
+	if err := st.relational.CheckSchema(ctx); err != nil {
+		return fmt.Errorf("the relational store: %w", err)
+	}
+	set, err := st.relational.Generations(ctx, st.alias)
+	if err != nil {
+		return fmt.Errorf("the relational store: %w", err)
+	}
+	st.useGenerations(set)
+	return nil
+}
+
+func (st *stores) useGenerations(set generation.Set) {
+	st.generations = set
+	if live, ok := set.Live(); ok {
+		st.index = st.qdrant.ForCollection(live.Collection, live.Embedder.Dim)
+	}
 }

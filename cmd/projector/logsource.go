@@ -23,7 +23,10 @@ type logSource struct {
 	kafka []kgo.Opt
 	rel   *postgres.Store
 	dec   *event.Decoder
-	emb   project.Embedder
+	// emb is the embedder of generation, the live one, which the repair
+	// writes: an event's own vectors count as its model's, as in run.
+	emb        project.Embedder
+	generation int
 }
 
 var _ reconcile.Log = (*logSource)(nil)
@@ -83,6 +86,9 @@ func (l *logSource) document(ctx context.Context, key string, p postgres.Placed)
 			pos.Topic, pos.Partition, pos.Offset, p.Version)
 	}
 	d := project.NewDocument(&ev, pos)
+	for i := range d.Chunks {
+		d.Chunks[i].Generation = l.generation
+	}
 	if err := project.FillVectors(ctx, l.emb, []project.Document{d}); err != nil {
 		return project.Document{}, fmt.Errorf("embed: %w", err)
 	}

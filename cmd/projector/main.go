@@ -90,6 +90,7 @@ func commands() []command {
 		{name: "redrive", summary: "publish chosen dead letters (by reason, time or offset) back to the document topic, once", run: redriveCommand},
 		{name: "partitions", summary: "list the partitions of a running projector, with their state (its --admin-addr)", run: partitionsCommand},
 		{name: "resume", summary: "resume a halted partition of a running projector without a restart", run: resumeCommand},
+		{name: "generation", summary: "build an index generation beside the live one with another embedder (start), list them (status), drop one being built (abort)", run: generationCommand},
 		{name: "migrate", summary: "prepare the three stores (collection, constraints, schema migrations) for this build, then exit", run: migrateCommand},
 		{name: "version", summary: "print the version and commit of this build", run: versionCommand},
 	}

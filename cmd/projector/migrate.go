@@ -15,13 +15,18 @@ func migrateCommand(ctx context.Context, args []string, e env) error {
 	var (
 		lf      logFlags
 		sf      storeFlags
+		ef      embedderFlags
 		timeout time.Duration
 	)
 	fs := newFlagSet("migrate", "migrate [flags]", e)
 	lf.register(fs)
 	sf.register(fs)
+	ef.register(fs)
 	fs.DurationVar(&timeout, "timeout", 5*time.Minute, "how long to wait for a store that does not answer yet")
 	if err := parse(fs, args, e); err != nil {
+		return err
+	}
+	if err := ef.resolve(fs, &sf.vectorDim, e.getenv); err != nil {
 		return err
 	}
 	log, err := lf.logger(e)
@@ -36,10 +41,11 @@ func migrateCommand(ctx context.Context, args []string, e env) error {
 		return err
 	}
 	defer st.close(context.WithoutCancel(ctx))
-	if err := st.migrate(ctx, log, true); err != nil {
+	if err := st.migrate(ctx, log, true, ef.generation()); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "Qdrant collection %s, Neo4j constraints and PostgreSQL schema %s at version %d: ready\n",
-		sf.qdrantCollection, sf.postgresSchema, postgres.SchemaVersion())
+	live, _ := st.generations.Live()
+	fmt.Fprintf(e.stdout, "Qdrant %s (alias %s), Neo4j constraints and PostgreSQL schema %s at version %d: ready\n",
+		live, sf.qdrantCollection, sf.postgresSchema, postgres.SchemaVersion())
 	return nil
 }

@@ -19,6 +19,7 @@ import (
 
 	"github.com/projector/projector/internal/event"
 	"github.com/projector/projector/internal/fault"
+	"github.com/projector/projector/internal/generation"
 	"github.com/projector/projector/internal/reconcile"
 	"github.com/projector/projector/internal/replay"
 	"github.com/projector/projector/internal/store/postgres"
@@ -46,6 +47,7 @@ type reconcileFlags struct {
 	maxUnknown       int
 	repair           bool
 	deleteOrphans    bool
+	generation       int
 	leaseTTL         time.Duration
 	metricsFile      string
 	push             pushFlags
@@ -73,6 +75,7 @@ func (f *reconcileFlags) register(fs *flag.FlagSet) {
 	fs.Int64Var(&f.maxDiscrepancies, "max-discrepancies", 0, "exit with status 3 when more discrepancies than this are left unresolved")
 	fs.BoolVar(&f.failOnFindings, "fail-on-discrepancies", true, "exit with status 3 past --max-discrepancies; false: exit 0 once the report is written and pushed, for a scheduled job whose findings the alert ProjectorReconcileDiscrepancies reports (a failed Job would page beside it)")
 	fs.BoolVar(&f.repair, "repair", false, "re-project missing, skewed and withdrawn-but-present documents from the relational copy, in the write order")
+	fs.IntVar(&f.generation, "generation", 0, "the index generation whose collection is compared (0: the live one); only the live one can be repaired (projector generation status lists them)")
 	fs.BoolVar(&f.deleteOrphans, "delete-orphans", false, "also remove orphans: re-project live documents holding foreign chunks, delete the chunks of unknown documents")
 	fs.DurationVar(&f.leaseTTL, "repair-lease-ttl", 30*time.Second, "how long the repair lease of --repair and --delete-orphans outlives its last renewal (renewed every third of it): run's writes wait that long at most for a repair that died")
 	fs.StringVar(&f.metricsFile, "metrics-file", "", "write the result as Prometheus text to this file (for node_exporter's textfile collector)")
@@ -115,15 +118,31 @@ func reconcileCommand(ctx context.Context, args []string, e env) error {
 		return usageError(err)
 	}
 	defer func() { _ = log.Sync() }()
-	st, err := f.stores.open(ctx)
+	// Stores nothing was projected to are not empty stores to compare: say
+	// what is missing and what prepares them, before any report. The index
+	// compared, and repaired, is the live generation's collection.
+	st, err := f.stores.openLive(ctx)
 	if err != nil {
 		return err
 	}
 	defer st.close(context.WithoutCancel(ctx))
-	// Stores nothing was projected to are not empty stores to compare: say
-	// what is missing and what prepares them, before any report.
-	if err := st.relational.CheckSchema(ctx); err != nil {
-		return fmt.Errorf("the relational store: %w", err)
+	var compared generation.Generation
+	if len(st.generations) > 0 {
+		g, err := st.generations.Reconciled(f.generation, f.repair || f.deleteOrphans)
+		if err != nil {
+			return usageError(err)
+		}
+		compared = g
+		st.index = st.qdrant.ForCollection(g.Collection, g.Embedder.Dim)
+	} else if f.generation != 0 {
+		return usageError(fmt.Errorf("--generation %d: the registry has no generation (projector migrate registers the first)", f.generation))
+	}
+	if f.repair && len(st.generations) > 0 {
+		// A repair from the log embeds as run does: with the live
+		// generation's embedder.
+		if err := st.generations.Check(f.embed.generation()); err != nil {
+			return err
+		}
 	}
 	if err := st.index.CheckCollection(ctx); err != nil {
 		return fmt.Errorf("the index: %w", err)
@@ -146,6 +165,16 @@ func reconcileCommand(ctx context.Context, args []string, e env) error {
 		}
 		defer lease.Release(ctx)
 		deps.Lease = lease
+		if compared.Number > 0 {
+			// The repair writes the live generation with its embedder,
+			// whatever the flags say, and embeds again the chunk rows
+			// whose vectors an earlier live generation's model made.
+			emb, err := f.embed.openGeneration(ctx, log.With(zap.String("component", "embed")), prometheus.NewRegistry(), st.relational, compared)
+			if err != nil {
+				return err
+			}
+			deps.Writes.Embedder, deps.Writes.Generation = emb, compared.Number
+		}
 	}
 	if f.repair {
 		// What the relational copy lost, the log may still hold.
@@ -153,12 +182,15 @@ func reconcileCommand(ctx context.Context, args []string, e env) error {
 		if err != nil {
 			return usageError(err)
 		}
-		emb, err := f.embed.open(ctx, log.With(zap.String("component", "embed")), prometheus.NewRegistry(), st.relational)
-		if err != nil {
-			return err
+		emb, dim := deps.Writes.Embedder, compared.Embedder.Dim
+		if emb == nil { // no registry yet: the flags' embedder
+			if emb, err = f.embed.open(ctx, log.With(zap.String("component", "embed")), prometheus.NewRegistry(), st.relational); err != nil {
+				return err
+			}
+			dim = f.stores.vectorDim
 		}
-		deps.Log = &logSource{kafka: kopts, rel: st.relational, emb: emb,
-			dec: event.NewDecoder(event.Limits{MaxRecordBytes: f.maxRecordBytes, MaxChunks: f.maxChunks, VectorDim: f.stores.vectorDim},
+		deps.Log = &logSource{kafka: kopts, rel: st.relational, emb: emb, generation: compared.Number,
+			dec: event.NewDecoder(event.Limits{MaxRecordBytes: f.maxRecordBytes, MaxChunks: f.maxChunks, VectorDim: dim},
 				event.Splitter{MaxBytes: f.chunkBytes})}
 	}
 	rec := reconcile.New(cfg, log.With(zap.String("component", "reconcile")), deps)

@@ -28,6 +28,7 @@ import (
 	"github.com/projector/projector/internal/event"
 	"github.com/projector/projector/internal/fault"
 	"github.com/projector/projector/internal/fence"
+	"github.com/projector/projector/internal/generation"
 	"github.com/projector/projector/internal/health"
 	"github.com/projector/projector/internal/httpserver"
 	"github.com/projector/projector/internal/kafkametrics"
@@ -259,14 +260,41 @@ func serve(ctx context.Context, f *runFlags, log *zap.Logger, reg *prometheus.Re
 	if faults != nil {
 		st.relational.InjectFaults(faults)
 	}
-	if err := st.migrate(ctx, log, f.migrate); err != nil {
+	if err := st.migrate(ctx, log, f.migrate, f.embed.generation()); err != nil {
+		return err
+	}
+	if err := st.generations.Check(f.embed.generation()); err != nil {
 		return err
 	}
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "projector_graph_create_fallbacks_total",
 		Help: "Graph transactions written again with MERGE only because a CREATE met an existing chunk (another writer of the graph).",
 	}, func() float64 { return float64(st.graph.CreateFallbacks()) }))
-	embedder, err := f.embed.open(ctx, log.With(zap.String("component", "embed")), reg, st.relational)
+	// The live generation is the member's primary one: its collection is
+	// st.index, its vectors are those events carry and the relational
+	// store keeps. The generations beside it get every write too, each
+	// with its own embedder (project.Generations).
+	live, _ := st.generations.Live()
+	embedLog := log.With(zap.String("component", "embed"))
+	embedder, err := f.embed.openGeneration(ctx, embedLog, reg, st.relational, live)
+	if err != nil {
+		return err
+	}
+	fences := fence.New(fenceMode, reg, st.index, st.graph, st.relational)
+	generations, err := generation.NewTracker(ctx, st.relational, st.alias, live.Number, func(ctx context.Context, g generation.Generation) (project.Generation, error) {
+		idx := st.qdrant.ForCollection(g.Collection, g.Embedder.Dim)
+		if err := idx.CheckCollection(ctx); err != nil {
+			return project.Generation{}, err
+		}
+		// Its embedder's metrics are not exported: the live one's are.
+		emb, err := f.embed.openGeneration(ctx, embedLog, prometheus.NewRegistry(), st.relational, g)
+		if err != nil {
+			return project.Generation{}, err
+		}
+		log.Info("writing an index generation beside the live one", zap.Int("generation", g.Number),
+			zap.String("collection", g.Collection), zap.String("embedder", g.Embedder.String()))
+		return project.Generation{Number: g.Number, Index: idx, Embedder: emb, Fences: fences.Of(idx)}, nil
+	})
 	if err != nil {
 		return err
 	}
@@ -309,12 +337,13 @@ func serve(ctx context.Context, f *runFlags, log *zap.Logger, reg *prometheus.Re
 		tracer = trace.New(producer, f.traceTopic, f.instanceID, log.With(zap.String("component", "trace")), reg)
 	}
 
-	dec := event.NewDecoder(event.Limits{MaxRecordBytes: f.maxRecordBytes, MaxChunks: f.maxChunks, VectorDim: f.stores.vectorDim},
+	// Vectors carried by events are the live generation's.
+	dec := event.NewDecoder(event.Limits{MaxRecordBytes: f.maxRecordBytes, MaxChunks: f.maxChunks, VectorDim: live.Embedder.Dim},
 		event.Splitter{MaxBytes: f.chunkBytes})
 	proj := project.New(project.Config{
 		OnConflict: onConflict, OnFenceMismatch: onMismatch, FenceRetries: f.fenceRetries,
 		MaxBatchChunks: f.maxBatchChunks, MaxBatchBytes: f.maxBatchBytes, Writer: f.instanceID, RetryMax: f.retryMax,
-		IndexWriteTimeout: f.indexWrite, StoreCallTimeout: f.storeCall,
+		IndexWriteTimeout: f.indexWrite, StoreCallTimeout: f.storeCall, Generation: live.Number,
 	}, log.With(zap.String("component", "project")), reg, project.Deps{
 		Decoder:     dec,
 		Embedder:    embedder,
@@ -322,7 +351,8 @@ func serve(ctx context.Context, f *runFlags, log *zap.Logger, reg *prometheus.Re
 		Graph:       st.graph,
 		Relational:  st.relational,
 		Settlement:  st.relational,
-		Fences:      fence.New(fenceMode, reg, st.index, st.graph, st.relational),
+		Generations: generations,
+		Fences:      fences,
 		DeadLetters: dlq.New(producer, large, dlq.Config{Topic: f.dlqTopic, MaxMessageBytes: dlqLimit}, reg),
 		Health:      status,
 		Tracer:      tracer,

@@ -305,7 +305,7 @@ CALL { WITH n DETACH DELETE n } IN TRANSACTIONS OF 10000 ROWS`, map[string]any{"
 			return
 		}
 	}
-	_ = st.Index.Client().DeleteCollection(ctx, ns.collection)
+	_ = index.DropCollections(ctx, st.Index.Client(), ns.collection)
 	_, _ = st.Relational.Pool().Exec(ctx, "DROP SCHEMA IF EXISTS "+pgx.Identifier{ns.schema}.Sanitize()+" CASCADE")
 	b.d.CloseStores(ctx, st)
 }

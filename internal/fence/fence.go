@@ -103,6 +103,13 @@ func New(mode Mode, reg prometheus.Registerer, stores ...Store) *Checker {
 	return c
 }
 
+// Of returns a Checker of c's mode over other stores, counting in c's
+// metrics under their names: the fence of an index generation written
+// beside the live one counts as the index's.
+func (c *Checker) Of(stores ...Store) *Checker {
+	return &Checker{mode: c.mode, stores: stores, checks: c.checks, mismatches: c.mismatches}
+}
+
 // Mode returns the checker's mode.
 func (c *Checker) Mode() Mode { return c.mode }
 

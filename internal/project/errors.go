@@ -153,3 +153,18 @@ type WaitError struct {
 }
 
 func (e *WaitError) Error() string { return e.Store + ": waiting: " + e.Reason }
+
+// GenerationsChangedError is the relational store's refusal of a write
+// whose index step wrote another set of index generations than the
+// registry now holds (Write.Epoch): a generation was started, retired or
+// aborted since. The batch is written again, from the index step, to the
+// generations of the new set, so that no relational commit after a
+// generation's start leaves that generation without the write.
+type GenerationsChangedError struct {
+	// Wrote is the epoch the write's index step wrote, Now the registry's.
+	Wrote, Now int64
+}
+
+func (e *GenerationsChangedError) Error() string {
+	return fmt.Sprintf("relational: the index generations changed (epoch %d, the write's index step wrote epoch %d): writing the batch again to the new set", e.Now, e.Wrote)
+}

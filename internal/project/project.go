@@ -155,6 +155,11 @@ type Config struct {
 	// byte and resets nothing holds a partition for that long, not until
 	// it is revoked.
 	StoreCallTimeout time.Duration
+	// Generation is the number of the index generation Deps.Index writes,
+	// the member's live one: every chunk it writes is marked with it
+	// (Chunk.Generation), its vectors being that generation's model's. 0:
+	// no generation set.
+	Generation int
 }
 
 // DefaultStoreCallTimeout is Config.StoreCallTimeout unless configured:
@@ -189,6 +194,9 @@ type Deps struct {
 	Tracer Tracer
 	// Settlement is what Settle reads of the relational store.
 	Settlement Settlement
+	// Generations, when set, are the index generations written beside
+	// the live one (Index).
+	Generations Generations
 	// Faults, when set, is told each point between two store writes; the
 	// crash tests use it to stop the process exactly there.
 	Faults Faults
@@ -403,7 +411,7 @@ func (p *Projector) handle(ctx context.Context, fence Fence, items []item) error
 		// A batch that fails here writes nothing more: a fenced writer no
 		// longer owns the stores, and a cut-short one may not. What it left
 		// in the index is settled by the partition's owner.
-		err := p.apply(ctx, w, pl.ledger)
+		err := p.applyGenerations(ctx, w, pl.ledger)
 		if KindOf(err) == Rejected && ctx.Err() == nil {
 			return p.isolate(ctx, fence, items, err)
 		}
@@ -462,8 +470,9 @@ func (p *Projector) buildWrite(ctx context.Context, pl *plan) (*Write, error) {
 			continue
 		}
 		doc := NewDocument(st.live, st.Position)
-		for _, c := range doc.Chunks {
-			needVectors = needVectors || c.Vector == nil
+		for i := range doc.Chunks {
+			needVectors = needVectors || doc.Chunks[i].Vector == nil
+			doc.Chunks[i].Generation = p.cfg.Generation
 		}
 		w.Live = append(w.Live, doc)
 	}
@@ -477,9 +486,12 @@ func (p *Projector) buildWrite(ctx context.Context, pl *plan) (*Write, error) {
 }
 
 // apply writes w to the three stores in the fixed order, each retried until
-// it succeeds. A later store is never written before an earlier one
-// acknowledged: see docs/write-order.md.
-func (p *Projector) apply(ctx context.Context, w *Write, ledger []LedgerEntry) error {
+// it succeeds: first every index generation of writes (the live one's
+// first, w itself, then those beside it), each under its own bound, then
+// the graph and the relational store. A later store is never written
+// before an earlier one acknowledged: see docs/write-order.md.
+func (p *Projector) apply(ctx context.Context, writes []indexed, ledger []LedgerEntry) error {
+	w := writes[0].w
 	// Records the documents for the settle while a late index write of an
 	// earlier owner may still land over this one.
 	w.Settle = p.d.Clock.Now().Before(w.Fence.LateUntil)
@@ -488,7 +500,16 @@ func (p *Projector) apply(ctx context.Context, w *Write, ledger []LedgerEntry) e
 		write func(context.Context) error
 	}{
 		{StoreIndex, func(ctx context.Context) error {
-			return p.writeIndex(ctx, w.Fence, func(ctx context.Context) error { return p.d.Index.Apply(ctx, w) })
+			for _, iw := range writes {
+				err := p.writeIndex(ctx, w.Fence, func(ctx context.Context) error { return iw.index.Apply(ctx, iw.w) })
+				if err != nil && iw.generation > 0 {
+					return p.besideFailed(ctx, w.Epoch, iw.generation, err)
+				}
+				if err != nil {
+					return p.primaryFailed(ctx, err)
+				}
+			}
+			return nil
 		}},
 		{StoreGraph, func(ctx context.Context) error { return p.d.Graph.Apply(ctx, w) }},
 		{StoreRelational, func(ctx context.Context) error { return p.d.Relational.Apply(ctx, w, ledger) }},
@@ -567,7 +588,7 @@ func (p *Projector) fence(ctx context.Context, w *Write, items []item) ([]DeadLe
 		var mismatches []fence.Mismatch
 		err := p.retry(ctx, "fence", func(ctx context.Context) error {
 			var err error
-			mismatches, err = p.d.Fences.Check(ctx, w.Expected())
+			mismatches, err = p.checkFences(ctx, w)
 			return err
 		})
 		if err != nil || len(mismatches) == 0 {
@@ -606,7 +627,7 @@ func (p *Projector) fence(ctx context.Context, w *Write, items []item) ([]DeadLe
 		// documents and chunks are written again.
 		p.fault(ctx, "reproject")
 		w.Exact = true
-		if err := p.apply(ctx, w, nil); err != nil {
+		if err := p.applyGenerations(ctx, w, nil); err != nil {
 			return nil, err
 		}
 	}
@@ -807,6 +828,10 @@ func (p *Projector) retry(ctx context.Context, component string, op func(context
 		}
 		if _, ok := errors.AsType[*FencedError](err); ok {
 			// Another writer holds the partition: no retry can help.
+			return err
+		}
+		if _, ok := errors.AsType[*GenerationsChangedError](err); ok {
+			// Not a failure: the write goes again from its index step.
 			return err
 		}
 		kind := KindOf(err)

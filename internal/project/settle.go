@@ -80,26 +80,50 @@ func (p *Projector) Settle(ctx context.Context, f Fence) error {
 	return nil
 }
 
-// settlePage settles the recorded documents keys and forgets them. It
-// returns the points it removed and restored.
+// settlePage settles the recorded documents keys in every index
+// generation written, and forgets them. It returns the points it removed
+// and restored.
 func (p *Projector) settlePage(ctx context.Context, f Fence, keys []string) (removed, restored int, err error) {
 	var (
 		current    *Write
 		incomplete map[string][]int
-		points     map[string][]Point
 	)
 	err = p.retry(ctx, StoreRelational, func(ctx context.Context) error {
 		var err error
 		current, incomplete, err = p.d.Settlement.Reprojection(ctx, keys)
 		return err
 	})
-	if err == nil {
-		err = p.retry(ctx, StoreIndex, func(ctx context.Context) error {
-			var err error
-			points, err = p.d.Index.Points(ctx, keys)
-			return err
-		})
+	if err != nil {
+		return 0, 0, err
 	}
+	for key, lacking := range incomplete {
+		p.log.Warn("cannot settle a document whose chunk rows the relational store lacks; projector reconcile reports it",
+			zap.String("document_key", key), zap.Ints("ordinals", lacking))
+	}
+	_, beside := p.generations()
+	targets := []Generation{{Number: p.cfg.Generation, Index: p.d.Index, Embedder: p.d.Embedder}}
+	targets = append(targets, beside...)
+	for _, g := range targets {
+		r, s, err := p.settleGeneration(ctx, f, g, keys, current)
+		if err != nil {
+			return 0, 0, err
+		}
+		removed, restored = removed+r, restored+s
+	}
+	err = p.retry(ctx, StoreRelational, func(ctx context.Context) error { return p.d.Settlement.Settled(ctx, f, keys) })
+	return removed, restored, err
+}
+
+// settleGeneration makes generation g's index hold exactly current of
+// keys, with g's vectors: current's where its rows hold them, else its
+// embedder's (Reembed).
+func (p *Projector) settleGeneration(ctx context.Context, f Fence, g Generation, keys []string, current *Write) (removed, restored int, err error) {
+	var points map[string][]Point
+	err = p.retry(ctx, StoreIndex, func(ctx context.Context) error {
+		var err error
+		points, err = g.Index.Points(ctx, keys)
+		return err
+	})
 	if err != nil {
 		return 0, 0, err
 	}
@@ -116,23 +140,35 @@ func (p *Projector) settlePage(ctx context.Context, f Fence, keys []string) (rem
 			removed += n
 		}
 	}
-	for key, lacking := range incomplete {
-		p.log.Warn("cannot settle a document whose chunk rows the relational store lacks; projector reconcile reports it",
-			zap.String("document_key", key), zap.Ints("ordinals", lacking))
-	}
-	p.fault(ctx, "settle-write")
-	if !fix.Empty() {
-		err = p.retry(ctx, StoreIndex, func(ctx context.Context) error {
-			return p.writeIndex(ctx, f, func(ctx context.Context) error { return p.d.Index.Apply(ctx, fix) })
+	if len(fix.Live) > 0 {
+		err = p.retry(ctx, "embedder", func(ctx context.Context) error {
+			var err error
+			fix, err = besideWrite(ctx, g, fix)
+			return err
 		})
 		if err != nil {
 			return 0, 0, err
 		}
-		p.m.settled.WithLabelValues(settleRemoved).Add(float64(removed))
-		p.m.settled.WithLabelValues(settleRestored).Add(float64(restored))
 	}
-	err = p.retry(ctx, StoreRelational, func(ctx context.Context) error { return p.d.Settlement.Settled(ctx, f, keys) })
-	return removed, restored, err
+	p.fault(ctx, "settle-write")
+	if fix.Empty() {
+		return removed, restored, nil
+	}
+	err = p.retry(ctx, StoreIndex, func(ctx context.Context) error {
+		err := p.writeIndex(ctx, f, func(ctx context.Context) error { return g.Index.Apply(ctx, fix) })
+		if err != nil && g.Index == p.d.Index {
+			// The live generation retired under the member: a retry
+			// cannot succeed once its collection is gone.
+			return p.primaryFailed(ctx, err)
+		}
+		return err
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	p.m.settled.WithLabelValues(settleRemoved).Add(float64(removed))
+	p.m.settled.WithLabelValues(settleRestored).Add(float64(restored))
+	return removed, restored, nil
 }
 
 // compare counts the points of pts the live document d does not hold

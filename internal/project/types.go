@@ -40,6 +40,13 @@ type Chunk struct {
 	Ordinal     int
 	Text        string
 	Vector      []float32
+	// Generation is the index generation whose embedder made Vector (an
+	// event's own vector counts as the live generation's): the relational
+	// store keeps it with the vector, so that a vector read back is
+	// written to that generation only (Reembed). 0: no generation, in a
+	// write of no generation set (tests), or a row the projector did not
+	// write, whose vector is embedded again for any generation.
+	Generation int
 	// Metadata is the chunk's own metadata (JSON scalars), may be nil.
 	Metadata map[string]any
 }
@@ -148,6 +155,11 @@ type Write struct {
 	// write for the partition's settle: the write is made while an earlier
 	// owner's index write may still land over it (Fence.LateUntil).
 	Settle bool
+	// Epoch is the epoch of the set of index generations the write's index
+	// step wrote (Generations); the relational store refuses the write
+	// when the registry's epoch is another (a *GenerationsChangedError).
+	// 0 is not checked: writes of no generation set (repairs, tests).
+	Epoch int64
 }
 
 // Keys returns every document key of the write, live ones first.

@@ -12,6 +12,7 @@ import (
 
 	"go.uber.org/zap"
 
+	"github.com/projector/projector/internal/embed"
 	"github.com/projector/projector/internal/project"
 )
 
@@ -697,6 +698,57 @@ func TestRepairNeedsTheLease(t *testing.T) {
 		})
 		if _, err := r.Run(context.Background(), &collect{}); err == nil || len(j.writes) > 0 || len(index.deleted) > 0 {
 			t.Errorf("%+v without a lease: error %v, %d writes, %d deletes; want an error and nothing written", cfg, err, len(j.writes), len(index.deleted))
+		}
+	}
+}
+
+// vectorWriter records the vectors of each chunk it is given.
+type vectorWriter struct{ vectors map[string][]float32 }
+
+func (v *vectorWriter) record(w *project.Write) error {
+	for _, d := range w.Live {
+		for _, c := range d.Chunks {
+			v.vectors[c.Text] = c.Vector
+		}
+	}
+	return nil
+}
+
+type storeOf struct{ *vectorWriter }
+
+func (s storeOf) Apply(_ context.Context, w *project.Write) error { return s.record(w) }
+
+type relationalOf struct{ *vectorWriter }
+
+func (r relationalOf) Apply(_ context.Context, w *project.Write, _ []project.LedgerEntry) error {
+	return r.record(w)
+}
+
+// TestRepairWritesTheLiveGenerationsVectors: a repair after a switch
+// reads chunk rows whose vectors the old live generation's model made; it
+// writes every store with the live generation's, and keeps the rows that
+// hold them already.
+func TestRepairWritesTheLiveGenerationsVectors(t *testing.T) {
+	index, graph, rel := &vectorWriter{map[string][]float32{}}, &vectorWriter{map[string][]float32{}}, &vectorWriter{map[string][]float32{}}
+	emb := embed.NewHashing(2)
+	o := WriteOrder{Index: storeOf{index}, Graph: storeOf{graph}, Relational: relationalOf{rel}, Embedder: emb, Generation: 2}
+	want, err := emb.Embed(context.Background(), []string{"old"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &project.Write{Live: []project.Document{{Key: "d", Chunks: []project.Chunk{
+		{Text: "old", Vector: []float32{9, 9, 9}, Generation: 1},
+		{Text: "new", Vector: []float32{0, 2}, Generation: 2},
+	}}}}
+	if err := o.Apply(context.Background(), heldLease(time.Minute), w); err != nil {
+		t.Fatal(err)
+	}
+	for name, s := range map[string]*vectorWriter{"index": index, "graph": graph, "relational": rel} {
+		if got := s.vectors["old"]; !slices.Equal(got, want[0]) {
+			t.Errorf("%s got the vector %v for a row of generation 1, want generation 2's embedder's %v", name, got, want[0])
+		}
+		if got := s.vectors["new"]; !slices.Equal(got, []float32{0, 2}) {
+			t.Errorf("%s got the vector %v for a row of generation 2, want the row's [0 2]", name, got)
 		}
 	}
 }

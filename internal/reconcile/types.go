@@ -179,6 +179,13 @@ type WriteOrder struct {
 	Index      StoreWriter
 	Graph      StoreWriter
 	Relational RelationalWriter
+	// Embedder, when set, is the embedder of Generation, the index
+	// generation Index is: a chunk row whose vector another generation's
+	// embedder made (an earlier live one, before a switch) is embedded
+	// again before the writes (project.Reembed), so that no store gets a
+	// vector of another model.
+	Embedder   project.Embedder
+	Generation int
 	// Faults, when set, is told the points between the writes,
 	// repair-after-index and repair-after-graph (tests only).
 	Faults Faults
@@ -188,6 +195,12 @@ type WriteOrder struct {
 // store is not written when an earlier one failed or the lease no longer
 // holds.
 func (o WriteOrder) Apply(ctx context.Context, lease Lease, w *project.Write) error {
+	if o.Embedder != nil {
+		var err error
+		if w, err = project.Reembed(ctx, o.Embedder, o.Generation, w); err != nil {
+			return fmt.Errorf("embed for index generation %d: %w", o.Generation, err)
+		}
+	}
 	if err := underLease(ctx, lease, func(ctx context.Context) error { return o.Index.Apply(ctx, w) }); err != nil {
 		return err
 	}

@@ -611,3 +611,20 @@ func limitName(msg string) string {
 	}
 	return "qdrant_limit"
 }
+
+// Prune deletes, with one filtered delete, the points that w, a write of
+// its documents' current state, makes obsolete, and writes nothing: the
+// removals of Apply without its upserts. Every point it removes is of an
+// event before the current one, which no write needs again, so it is safe
+// beside any other writer of the collection: the fill of a generation
+// prunes after its write what run moved past meanwhile.
+func (s *Store) Prune(ctx context.Context, w *project.Write) error {
+	if len(w.Live) == 0 && len(w.Withdrawn) == 0 {
+		return nil
+	}
+	selector := appendDeleteFilter(nil, func(b []byte) []byte { return appendObsolete(b, w) })
+	if err := s.deleteSelected(ctx, selector); err != nil {
+		return fmt.Errorf("delete obsolete points: %w", err)
+	}
+	return nil
+}

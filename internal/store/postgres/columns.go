@@ -85,6 +85,7 @@ type chunkColumns struct {
 	versions              []int64
 	ordinals              []int32
 	vectors               [][]byte
+	generations           []int32
 	// encoded holds every vector of vectors, one after the other: one
 	// allocation per write instead of one per chunk.
 	encoded []byte
@@ -102,7 +103,7 @@ func newChunkColumns(w *project.Write) *chunkColumns {
 	return &chunkColumns{
 		ids: make([][16]byte, 0, n), keys: make([]string, 0, n), texts: make([]string, 0, n), metadata: make([]string, 0, n),
 		versions: make([]int64, 0, n), ordinals: make([]int32, 0, n), vectors: make([][]byte, 0, n),
-		encoded: make([]byte, 0, 4*floats),
+		generations: make([]int32, 0, n), encoded: make([]byte, 0, 4*floats),
 	}
 }
 
@@ -116,6 +117,7 @@ func (c *chunkColumns) add(ch project.Chunk, metadata string) {
 	start := len(c.encoded)
 	c.encoded = appendVector(c.encoded, ch.Vector)
 	c.vectors = append(c.vectors, c.encoded[start:len(c.encoded):len(c.encoded)])
+	c.generations = append(c.generations, int32(ch.Generation))
 }
 
 // rows returns the chunk rows as a COPY source.
@@ -139,7 +141,7 @@ func (r *chunkRows) Next() bool {
 func (r *chunkRows) Values() ([]any, error) {
 	i, c := r.i-1, r.c
 	r.row[0], r.row[1], r.row[2], r.row[3] = c.ids[i], c.keys[i], c.versions[i], c.ordinals[i]
-	r.row[4], r.row[5], r.row[6] = c.texts[i], c.metadata[i], c.vectors[i]
+	r.row[4], r.row[5], r.row[6], r.row[7] = c.texts[i], c.metadata[i], c.vectors[i], c.generations[i]
 	return r.row, nil
 }
 

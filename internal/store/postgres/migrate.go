@@ -126,6 +126,51 @@ CREATE TABLE index_settle (
 	PRIMARY KEY (source_topic, source_partition, document_key)
 );
 `,
+	// 7: the registry of index generations (generations.go), per
+	// collection alias: each a physical collection with its embedder, one
+	// of them live, which the readers' alias points at, with its fill's progress and
+	// the lease of the one fill that may write it; and the epoch of the
+	// set of generations run writes, which every change of that set
+	// raises; and, per chunk row, the generation whose embedder made its
+	// vector, so that a vector read back is written to that generation
+	// only (after a switch the rows keep the old model's vectors until
+	// their documents are written again).
+	// Empty: the first migrate or run registers generation 1.
+	`
+CREATE TABLE index_generations (
+	alias          text NOT NULL,
+	generation     integer NOT NULL CHECK (generation >= 1),
+	collection     text NOT NULL UNIQUE,
+	embedder       text NOT NULL,
+	model          text NOT NULL,
+	embed_url      text NOT NULL,
+	dim            integer NOT NULL CHECK (dim > 0),
+	distance       text NOT NULL,
+	state          text NOT NULL CHECK (state IN ('building', 'live', 'retiring', 'retired', 'aborted')),
+	fill_after     text,
+	fill_documents bigint NOT NULL DEFAULT 0,
+	fill_chunks    bigint NOT NULL DEFAULT 0,
+	fill_done_at   timestamptz,
+	fill_token     bigint NOT NULL DEFAULT 0,
+	fill_until     timestamptz,
+	created_at     timestamptz NOT NULL DEFAULT now(),
+	switched_at    timestamptz,
+	retire_after   timestamptz,
+	PRIMARY KEY (alias, generation)
+);
+CREATE UNIQUE INDEX index_generations_one_live ON index_generations (alias) WHERE state = 'live';
+-- The generation whose embedder made each chunk's vector: rows written
+-- before generations hold generation 1's; a row written by anything else
+-- than the projector gets 0, unknown, and is embedded again wherever it
+-- is written.
+ALTER TABLE chunks ADD COLUMN vector_generation integer NOT NULL DEFAULT 1;
+ALTER TABLE chunks ALTER COLUMN vector_generation SET DEFAULT 0;
+CREATE TABLE generation_set (
+	id    boolean PRIMARY KEY DEFAULT true CHECK (id),
+	epoch bigint NOT NULL DEFAULT 0
+);
+INSERT INTO generation_set DEFAULT VALUES;
+`,
 }
 
 // migrationLock is the advisory lock key that serialises migrations when

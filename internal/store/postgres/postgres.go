@@ -199,12 +199,12 @@ WHERE (excluded.version > d.version OR (excluded.version = d.version
 const createChunkStage = `
 CREATE TEMPORARY TABLE IF NOT EXISTS projector_chunk_stage (
 	chunk_id uuid NOT NULL, document_key text NOT NULL, version bigint NOT NULL, ordinal integer NOT NULL,
-	text text NOT NULL, metadata text NOT NULL, vector bytea NOT NULL
+	text text NOT NULL, metadata text NOT NULL, vector bytea NOT NULL, vector_generation integer NOT NULL
 ) ON COMMIT DELETE ROWS`
 
 var (
 	chunkStage        = pgx.Identifier{"pg_temp", "projector_chunk_stage"}
-	chunkStageColumns = []string{"chunk_id", "document_key", "version", "ordinal", "text", "metadata", "vector"}
+	chunkStageColumns = []string{"chunk_id", "document_key", "version", "ordinal", "text", "metadata", "vector", "vector_generation"}
 )
 
 // heldByRow is true where the documents row d holds the event that the
@@ -222,17 +222,17 @@ const heldByRow = `d.version = b.v AND d.status = 'live'
 // writes only the chunks of documents whose row now holds the event the
 // batch wrote (heldByRow): a late write adds nothing.
 const upsertChunks = `
-INSERT INTO chunks AS c (chunk_id, document_key, version, ordinal, text, metadata, vector)
-SELECT s.chunk_id, s.document_key, s.version, s.ordinal, s.text, NULLIF(s.metadata, '')::jsonb, s.vector
+INSERT INTO chunks AS c (chunk_id, document_key, version, ordinal, text, metadata, vector, vector_generation)
+SELECT s.chunk_id, s.document_key, s.version, s.ordinal, s.text, NULLIF(s.metadata, '')::jsonb, s.vector, s.vector_generation
 FROM pg_temp.projector_chunk_stage s
 JOIN unnest($1::text[], $2::bigint[], $3::text[], $4::int[], $5::bigint[]) AS b(k, v, tp, pa, po)
 	ON b.k = s.document_key AND b.v = s.version
 JOIN documents d ON d.document_key = s.document_key AND ` + heldByRow + `
 ON CONFLICT (chunk_id) DO UPDATE SET
 	document_key = excluded.document_key, version = excluded.version, ordinal = excluded.ordinal,
-	text = excluded.text, metadata = excluded.metadata, vector = excluded.vector
-WHERE (c.document_key, c.version, c.ordinal, c.text, c.metadata, c.vector)
-	IS DISTINCT FROM (excluded.document_key, excluded.version, excluded.ordinal, excluded.text, excluded.metadata, excluded.vector)`
+	text = excluded.text, metadata = excluded.metadata, vector = excluded.vector, vector_generation = excluded.vector_generation
+WHERE (c.document_key, c.version, c.ordinal, c.text, c.metadata, c.vector, c.vector_generation)
+	IS DISTINCT FROM (excluded.document_key, excluded.version, excluded.ordinal, excluded.text, excluded.metadata, excluded.vector, excluded.vector_generation)`
 
 // deleteOtherChunks removes the chunks of the batch's documents that the
 // documents rows, as the batch left them, no longer have: every chunk of a
@@ -262,8 +262,10 @@ WHERE l.content_hash IS DISTINCT FROM excluded.content_hash`
 // trip. The transaction first checks w's fence (refusing with a
 // *project.FencedError when the partition has a newer writer), then the
 // repair lease (lease.go): run's write waits while a repair holds it (a
-// *project.WaitError), a repair's write must still hold it. With w.Settle
-// it records the documents for the partition's settle (settle.go).
+// *project.WaitError), a repair's write must still hold it; then, with
+// w.Epoch, that the index generations its index step wrote are still the
+// registry's (generations.go). With w.Settle it records the documents for
+// the partition's settle (settle.go).
 func (s *Store) Apply(ctx context.Context, w *project.Write, ledger []project.LedgerEntry) error {
 	b := &pgx.Batch{}
 	docs, chunks, err := columnsOf(w)
@@ -275,6 +277,9 @@ func (s *Store) Apply(ctx context.Context, w *project.Write, ledger []project.Le
 		b.Queue(readFence, w.Fence.Topic, w.Fence.Partition)
 	}
 	b.Queue(readLease)
+	if w.Epoch > 0 {
+		b.Queue(readGenerationEpoch)
+	}
 	if len(docs.keys) > 0 {
 		b.Queue(upsertDocuments, docs.keys, docs.versions, docs.statuses, docs.hashes, docs.titles, docs.sources, docs.metadata, docs.counts, docs.correlations,
 			docs.topics, docs.topicIDs, docs.partitions, docs.offsets)
@@ -316,6 +321,12 @@ func (s *Store) Apply(ctx context.Context, w *project.Write, ledger []project.Le
 		if err := s.checkLease(results.QueryRow()); err != nil {
 			_ = results.Close()
 			return err
+		}
+		if w.Epoch > 0 {
+			if err := checkGenerationEpoch(w.Epoch, results.QueryRow()); err != nil {
+				_ = results.Close()
+				return err
+			}
 		}
 		if err := results.Close(); err != nil {
 			return err
@@ -389,6 +400,9 @@ func classify(err error) error {
 		return err // not a failure of the store: its answer
 	}
 	if _, ok := errors.AsType[*project.WaitError](err); ok {
+		return err
+	}
+	if _, ok := errors.AsType[*project.GenerationsChangedError](err); ok {
 		return err
 	}
 	if se, ok := errors.AsType[*project.StoreError](err); ok {

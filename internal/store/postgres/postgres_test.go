@@ -313,3 +313,34 @@ func TestMigrateUpgradesPositions(t *testing.T) {
 		}
 	}
 }
+
+// TestMigrateMarksChunkVectorsOfGeneration1: the chunk rows of a schema
+// from before generations hold the vectors of the embedder that becomes
+// generation 1, and say so after the upgrade; rows written after it say
+// what their write says.
+func TestMigrateMarksChunkVectorsOfGeneration1(t *testing.T) {
+	s, schema := openUnmigrated(t)
+	ctx := context.Background()
+	old := []string{"CREATE SCHEMA " + pgx.Identifier{schema}.Sanitize(),
+		`CREATE TABLE schema_migrations (version integer PRIMARY KEY, applied_at timestamptz NOT NULL DEFAULT now())`}
+	old = append(old, migrations[:6]...)
+	old = append(old, `INSERT INTO schema_migrations (version) VALUES (1), (2), (3), (4), (5), (6)`,
+		`INSERT INTO chunks (chunk_id, document_key, version, ordinal, text, vector) VALUES (gen_random_uuid(), 'd', 1, 0, 't', '\x'::bytea)`)
+	for _, stmt := range old {
+		if _, err := s.pool.Exec(ctx, stmt); err != nil {
+			t.Fatalf("old schema: %v", err)
+		}
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatalf("Migrate: %v", err)
+	}
+	var n int
+	if err := s.pool.QueryRow(ctx, `SELECT vector_generation FROM chunks WHERE document_key = 'd'`).Scan(&n); err != nil || n != 1 {
+		t.Fatalf("vector_generation of a row from before generations = %d, %v; want 1", n, err)
+	}
+	// A row written by hand: its vector's generation is not known.
+	if err := s.pool.QueryRow(ctx, `INSERT INTO chunks (chunk_id, document_key, version, ordinal, text, vector) VALUES (gen_random_uuid(), 'e', 1, 0, 't', '\x'::bytea)
+RETURNING vector_generation`).Scan(&n); err != nil || n != 0 {
+		t.Errorf("vector_generation of a row written by hand = %d, %v; want 0, unknown", n, err)
+	}
+}

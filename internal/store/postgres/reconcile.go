@@ -176,8 +176,9 @@ AND NOT EXISTS (SELECT 1 FROM documents d WHERE d.document_key = c.document_key)
 
 // Reprojection rebuilds, from the documents and chunks rows, the write that
 // projected the current state of keys: the same ids, texts, metadata and
-// vectors, so applying it again writes every store as the original
-// projection did. A live document whose chunks rows are incomplete cannot
+// vectors, each with the index generation whose embedder made it, so
+// applying it again writes every store as the original projection did
+// (a generation of another model embeds its own, project.Reembed). A live document whose chunks rows are incomplete cannot
 // be rebuilt; it is returned in incomplete, with the ordinals it lacks, and
 // left out of the write. Unknown keys are left out.
 func (s *Store) Reprojection(ctx context.Context, docKeys []string) (*project.Write, map[string][]int, error) {
@@ -226,7 +227,7 @@ FROM documents WHERE document_key = ANY($1) ORDER BY document_key`, docKeys)
 		liveKeys[i] = w.Live[i].Key
 	}
 	rows, err = s.pool.Query(ctx, `
-SELECT c.chunk_id, c.document_key, c.ordinal, c.text, c.metadata::text, c.vector
+SELECT c.chunk_id, c.document_key, c.ordinal, c.text, c.metadata::text, c.vector, c.vector_generation
 FROM chunks c JOIN documents d ON d.document_key = c.document_key AND d.version = c.version
 WHERE c.document_key = ANY($1)`, liveKeys)
 	if err != nil {
@@ -236,7 +237,7 @@ WHERE c.document_key = ANY($1)`, liveKeys)
 		c      project.Chunk
 		vector []byte
 	)
-	_, err = pgx.ForEachRow(rows, []any{&c.ID, &c.DocumentKey, &c.Ordinal, &c.Text, &metadata, &vector}, func() error {
+	_, err = pgx.ForEachRow(rows, []any{&c.ID, &c.DocumentKey, &c.Ordinal, &c.Text, &metadata, &vector, &c.Generation}, func() error {
 		doc := live[c.DocumentKey]
 		// A row whose id is not the one its ordinal derives is not the
 		// projector's: it is an orphan, not part of the document.

@@ -118,6 +118,8 @@ func TestReprojection(t *testing.T) {
 	doc.CorrelationID = "corr-1"
 	doc.Chunks[1].Metadata = map[string]any{"big": int64(1) << 60, "ratio": 0.25, "flag": true, "none": nil, "s": "t"}
 	doc.Chunks[0].Metadata = nil
+	// Each row keeps the generation whose embedder made its vector.
+	doc.Chunks[0].Generation, doc.Chunks[1].Generation = 3, 2
 	broken := storetest.Doc("b", 1, "x", "y")
 	w := &project.Write{Live: []project.Document{doc, broken}, Withdrawn: []project.Withdrawal{{Key: "gone", Version: 5}}}
 	if err := s.Apply(ctx, w, nil); err != nil {
